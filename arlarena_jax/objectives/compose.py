@@ -1,0 +1,228 @@
+"""Optax-style composition of objective components into one :class:`Objective`.
+
+A component is a small NamedTuple holding pure functions. Its *kind* (its type) says where it acts:
+
+====================  ==========================================================================
+kind                  role
+====================  ==========================================================================
+RewardShaper          before advantages: invalid penalty, overlong shaping, KL in reward
+AdvantageEstimator    batch-level: token rewards -> advantages and returns (exactly one)
+MaskTransform         per micro-batch: rewrite the policy-loss mask (sequence masking)
+PolicyLoss            per micro-batch: ratio / clipping -> ``[N, T]`` loss matrix (exactly one)
+LossWeight            per micro-batch: multiply the loss matrix (truncated IS)
+Aggregation           per micro-batch: loss matrix -> scalar (default token-mean)
+Regularizer           per micro-batch: scalar terms added to the loss (KL, entropy)
+GroupFilter           host-side dynamic sampling settings, read by the rollout driver
+====================  ==========================================================================
+
+``chain(*components)`` sorts components into these slots on the host; the resulting
+``Objective.prepare`` and ``Objective.loss`` are pure functions of arrays that can be jitted and
+differentiated. The trainer knows no algorithm by name: it only calls an ``Objective``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from arlarena_jax.objectives.aggregate import Aggregation, token_mean
+from arlarena_jax.objectives.batch import TurnBatch
+from arlarena_jax.objectives.stats import last_token_onehot
+
+Array = jax.Array
+Metrics = dict[str, Array]
+State = dict[str, Array]
+
+
+class RewardShaper(NamedTuple):
+    """``fn(batch, state) -> (batch, state, metrics)``; ``init() -> state`` entries it owns."""
+
+    name: str
+    fn: Callable[[TurnBatch, State], tuple[TurnBatch, State, Metrics]]
+    init: Callable[[], State] = dict
+
+
+class AdvantageEstimator(NamedTuple):
+    """``fn(batch) -> (advantages [N,T], returns [N,T])`` over the whole batch.
+
+    ``anchor_similarity`` asks the host to build anchor ids by text similarity (GiGPO, spec §5.9)
+    instead of exact equality; ``None`` means exact.
+    """
+
+    name: str
+    fn: Callable[[TurnBatch], tuple[Array, Array]]
+    anchor_similarity: float | None = None
+
+
+class MaskTransform(NamedTuple):
+    """``fn(log_probs, batch, mask) -> (mask, metrics)``: the mask the policy loss uses."""
+
+    name: str
+    fn: Callable[[Array, TurnBatch, Array], tuple[Array, Metrics]]
+
+
+class PolicyLoss(NamedTuple):
+    """``fn(log_probs, batch, mask) -> (loss_matrix [N,T], metrics)``.
+
+    Metrics follow spec §3: ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, each a masked mean
+    over ``mask``.
+    """
+
+    name: str
+    fn: Callable[[Array, TurnBatch, Array], tuple[Array, Metrics]]
+
+
+class LossWeight(NamedTuple):
+    """``fn(log_probs, batch) -> [N,T]`` multiplier applied to the policy loss matrix."""
+
+    name: str
+    fn: Callable[[Array, TurnBatch], Array]
+
+
+class Regularizer(NamedTuple):
+    """``fn(log_probs, entropy, batch, aggregation) -> (term, metrics)``; ``term`` is added."""
+
+    name: str
+    fn: Callable[[Array, Array | None, TurnBatch, Aggregation], tuple[Array, Metrics]]
+
+
+class GroupFilter(NamedTuple):
+    """Dynamic sampling settings (spec §7), applied on the host by the rollout driver."""
+
+    max_num_gen_batches: int = 10
+    cold_start_steps: int = 0
+
+    def is_active(self, global_step: int, training: bool = True) -> bool:
+        """Active iff training and ``global_step > cold_start_steps`` (steps start at 1)."""
+        return training and global_step > self.cold_start_steps
+
+
+class Objective(NamedTuple):
+    """A composed objective. Build it with :func:`chain`."""
+
+    advantage: AdvantageEstimator
+    policy_loss: PolicyLoss
+    aggregation: Aggregation = token_mean()
+    shapers: tuple[RewardShaper, ...] = ()
+    mask_transforms: tuple[MaskTransform, ...] = ()
+    loss_weights: tuple[LossWeight, ...] = ()
+    regularizers: tuple[Regularizer, ...] = ()
+    group_filter: GroupFilter | None = None
+
+    @property
+    def anchor_similarity(self) -> float | None:
+        return self.advantage.anchor_similarity
+
+    def init_state(self) -> State:
+        """State carried between steps (e.g. the adaptive KL-in-reward coefficient)."""
+        state: State = {}
+        for shaper in self.shapers:
+            state.update(shaper.init())
+        return state
+
+    def prepare(
+        self, batch: TurnBatch, state: State | None = None
+    ) -> tuple[TurnBatch, State, Metrics]:
+        """Rewards -> shaped rewards -> advantages over the whole batch (spec §5).
+
+        The episode return is placed on the last response token of every row (the episode
+        reward manager, spec §5.0); shapers then adjust token rewards, and the estimator fills
+        ``advantages`` and ``returns``.
+        """
+        state = self.init_state() if state is None else dict(state)
+        mask = batch.response_mask
+        placed = batch.episode_returns[:, None] * last_token_onehot(mask) * batch.row_mask[:, None]
+        batch = batch._replace(
+            token_rewards=placed, step_reward_adjust=jnp.zeros_like(batch.episode_returns)
+        )
+        metrics: Metrics = {}
+        for shaper in self.shapers:
+            batch, state, shaper_metrics = shaper.fn(batch, state)
+            metrics.update(shaper_metrics)
+        advantages, returns = self.advantage.fn(batch)
+        keep = mask * batch.row_mask[:, None]
+        batch = batch._replace(advantages=advantages * keep, returns=returns * keep)
+        return batch, state, metrics
+
+    def loss(
+        self, log_probs: Array, batch: TurnBatch, entropy: Array | None = None
+    ) -> tuple[Array, Metrics]:
+        """Total loss of one micro-batch: pg_loss + Σ regularizer terms (spec §4).
+
+        ``log_probs`` are the current policy's token log-probs ``[N, T]`` (the argument to
+        differentiate); ``entropy`` the current token entropies, needed by an entropy bonus.
+        """
+        if batch.advantages is None:
+            raise ValueError("TurnBatch.advantages is None: call Objective.prepare(batch) first")
+        mask = batch.response_mask * batch.row_mask[:, None]
+        metrics: Metrics = {"num_masked_seqs": jnp.zeros((), jnp.float32)}
+        pg_mask = mask
+        for transform in self.mask_transforms:
+            pg_mask, transform_metrics = transform.fn(log_probs, batch, pg_mask)
+            metrics.update(transform_metrics)
+        loss_matrix, pg_metrics = self.policy_loss.fn(log_probs, batch, pg_mask)
+        metrics.update(pg_metrics)
+        for weight in self.loss_weights:
+            loss_matrix = loss_matrix * weight.fn(log_probs, batch)
+        pg_loss = self.aggregation(loss_matrix, pg_mask, batch.row_mask)
+        metrics["pg_loss"] = pg_loss
+        total = pg_loss
+        for regularizer in self.regularizers:
+            term, reg_metrics = regularizer.fn(log_probs, entropy, batch, self.aggregation)
+            total = total + term
+            metrics.update(reg_metrics)
+        metrics["loss"] = total
+        return total, metrics
+
+
+_SLOTS: dict[type, str] = {
+    RewardShaper: "shapers",
+    MaskTransform: "mask_transforms",
+    LossWeight: "loss_weights",
+    Regularizer: "regularizers",
+}
+_SINGLE: dict[type, str] = {
+    AdvantageEstimator: "advantage",
+    PolicyLoss: "policy_loss",
+    Aggregation: "aggregation",
+    GroupFilter: "group_filter",
+}
+
+
+def chain(*components: Any) -> Objective:
+    """Compose components into an :class:`Objective` (host-side, at build time).
+
+    Exactly one ``AdvantageEstimator`` and one ``PolicyLoss`` are required; at most one
+    ``Aggregation`` (default token-mean) and one ``GroupFilter``. Shapers, mask transforms, loss
+    weights and regularizers apply in the order given.
+    """
+    many: dict[str, list] = {slot: [] for slot in _SLOTS.values()}
+    single: dict[str, Any] = {}
+    for component in components:
+        kind = type(component)
+        if kind in _SLOTS:
+            many[_SLOTS[kind]].append(component)
+        elif kind in _SINGLE:
+            slot = _SINGLE[kind]
+            if slot in single:
+                raise ValueError(
+                    f"chain() got two {kind.__name__} components: {_describe(single[slot])} and "
+                    f"{_describe(component)}; an objective has exactly one"
+                )
+            single[slot] = component
+        else:
+            raise TypeError(
+                f"chain() got {component!r}, which is not an objective component "
+                "(build components with arlarena_jax.objectives.{advantage,ratio,aggregate,...})"
+            )
+    for required, kind in (("advantage", "AdvantageEstimator"), ("policy_loss", "PolicyLoss")):
+        if required not in single:
+            raise ValueError(f"chain() needs one {kind} component; none was given")
+    return Objective(**single, **{slot: tuple(items) for slot, items in many.items()})
+
+
+def _describe(component: Any) -> str:
+    return getattr(component, "name", type(component).__name__)
