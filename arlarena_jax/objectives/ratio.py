@@ -1,0 +1,289 @@
+"""Importance ratios and clipping: the policy-loss components of spec §3.
+
+Every loss is minimised and returns an ``[N, T]`` loss matrix ``L`` (aggregated afterwards by the
+objective's :mod:`~arlarena_jax.objectives.aggregate` mode) and the metrics of spec §3:
+``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (masked means over the policy-loss mask).
+Notation: δ = lp − lp_old, δ_c = clip(δ, −20, 20), r = exp(δ_c), A the advantage matrix, m the mask.
+
+Sequence masking (:func:`sequence_mask`) and truncated importance sampling (:func:`truncated_is`)
+are separate components that combine with any loss here.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from arlarena_jax.objectives.batch import TurnBatch
+from arlarena_jax.objectives.compose import LossWeight, MaskTransform, PolicyLoss
+from arlarena_jax.objectives.stats import masked_mean, row_lengths, row_mean
+
+Array = jax.Array
+sg = jax.lax.stop_gradient
+
+RATIO_LOG_CLAMP = 20.0  # |δ| clamp before exp for token-level ratios (spec §1)
+GSPO_LOG_CLAMP = 10.0  # upper clamp of the GSPO log ratio (spec §3.5)
+
+
+def _clip_bounds(
+    clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None
+) -> tuple[float, float]:
+    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
+    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+    if low < 0 or high < 0:
+        raise ValueError(f"clip ratios must be >= 0, got clip_ratio_low={low}, high={high}")
+    return low, high
+
+
+def _token_ratio(log_probs: Array, old_log_probs: Array) -> tuple[Array, Array]:
+    """(δ_c, r) with δ_c = clip(lp − lp_old, −20, 20) and r = exp(δ_c)."""
+    delta = jnp.clip(log_probs - old_log_probs, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
+    return delta, jnp.exp(delta)
+
+
+def _ppo_dual_clip(
+    advantages: Array, ratio: Array, low: float, high: float, dual_clip: float
+) -> tuple[Array, Array, Array]:
+    """Spec §3.1 steps 3–4: L = max(−A·r, −A·clip(r, 1−εl, 1+εh)), then min(·, −A·c) where A < 0.
+
+    Returns (L, clipped-mask [L2 > L1], dual-clipped-mask [Lc > L3 ∧ A < 0]).
+    """
+    l1 = -advantages * ratio
+    l2 = -advantages * jnp.clip(ratio, 1.0 - low, 1.0 + high)
+    lc = jnp.maximum(l1, l2)
+    l3 = -advantages * dual_clip
+    negative = advantages < 0
+    loss = jnp.where(negative, jnp.minimum(l3, lc), lc)
+    return loss, l2 > l1, (lc > l3) & negative
+
+
+def vanilla(
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> PolicyLoss:
+    """PPO token clip with dual clip (spec §3.1).
+
+    L = max(−A·r, −A·clip(r, 1−εl, 1+εh)); where A < 0, L ← min(L, −A·c).
+    ∂L/∂lp = −A·r on active tokens (A > 0 ∧ r ≤ 1+εh, or A < 0 ∧ 1−εl ≤ r ≤ c), else 0.
+    Metrics: pg_clipfrac = mean[L2 > L1], pg_clipfrac_lower = mean[Lc > L3 ∧ A < 0],
+    ppo_kl = mean(−δ_c).
+    """
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound), got {clip_ratio_c}")
+    return PolicyLoss("vanilla", _vanilla_fn(low, high, clip_ratio_c, scale=1.0))
+
+
+def _vanilla_fn(low: float, high: float, dual_clip: float, scale: float):
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        delta, ratio = _token_ratio(log_probs, batch.old_log_probs)
+        loss, clipped, dual = _ppo_dual_clip(batch.advantages, ratio, low, high, dual_clip)
+        metrics = {
+            "pg_clipfrac": masked_mean(clipped, mask),
+            "pg_clipfrac_lower": masked_mean(dual, mask),
+            "ppo_kl": masked_mean(-delta, mask),
+        }
+        return loss * scale, metrics
+
+    return fn
+
+
+def dr_grpo(
+    max_response_length: int = 500,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+) -> PolicyLoss:
+    """Dr.GRPO loss (spec §3.4): the vanilla dual-clip loss divided by L_max.
+
+    Composed with :func:`~arlarena_jax.objectives.aggregate.seq_mean_token_sum` it gives
+    pg_loss = (1/N) Σ_i Σ_t m·L / L_max, with L_max = ``max_response_length``.
+    """
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    if max_response_length <= 0:
+        raise ValueError(f"max_response_length must be > 0, got {max_response_length}")
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound), got {clip_ratio_c}")
+    return PolicyLoss(
+        "dr_grpo", _vanilla_fn(low, high, clip_ratio_c, scale=1.0 / max_response_length)
+    )
+
+
+def _gspo_fn(clip_low: float, clip_high: float, sequence_advantage: bool):
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        delta = log_probs - batch.old_log_probs  # unclamped (spec §3.5 step 1)
+        mean_delta = row_mean(delta, mask)
+        log_s = log_probs - sg(log_probs) + sg(mean_delta)[:, None]
+        s = jnp.exp(jnp.minimum(log_s, GSPO_LOG_CLAMP))
+        adv = batch.advantages
+        if sequence_advantage:
+            adv = jnp.broadcast_to(row_mean(adv, mask)[:, None], adv.shape)
+        l1 = -adv * s
+        l2 = -adv * jnp.clip(s, 1.0 - clip_low, 1.0 + clip_high)
+        metrics = {
+            "pg_clipfrac": masked_mean(l2 > l1, mask),
+            "pg_clipfrac_lower": jnp.zeros((), jnp.float32),
+            "ppo_kl": masked_mean(-delta, mask),
+        }
+        return jnp.maximum(l1, l2), metrics
+
+    return fn
+
+
+def gspo(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
+    """GSPO with a per-turn geometric-mean ratio and the sequence's advantage (spec §3.5).
+
+    s_i = exp(min(δ̄_i, 10)), δ̄_i = Σ_t m·δ / max(|y_i|, 1) (no ±20 clamp). The value is s_i on
+    every token of row i; the stop-gradient form log s[i,t] = lp − sg(lp) + sg(δ̄_i) makes
+    ∂s[i,t]/∂lp[i,t] = s_i. L = max(−Ā_i·s_i, −Ā_i·clip(s_i, 1−εl, 1+εh)), no dual clip, with
+    Ā_i the row-mean advantage. With seq-mean-token-mean an unclipped row contributes
+    −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|: GSPO's sequence gradient. verl's ``gspo`` loss
+    equals this whenever the advantage is constant along the row (every outcome estimator).
+    Defaults are the GSPO paper's; the ARLArena presets pass their own (spec §9).
+    """
+    return PolicyLoss("gspo", _gspo_fn(clip_low, clip_high, sequence_advantage=True))
+
+
+def gspo_token(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
+    """GSPO-token (spec §3.5): as :func:`gspo` but with the token-level advantage A[i,t].
+
+    s[i,t] = sg(s_i)·π(y_t)/sg(π(y_t)); L = max(−A·s, −A·clip(s, 1−εl, 1+εh)). This is verl's
+    ``gspo`` formula verbatim; it differs from :func:`gspo` only for token-level advantages.
+    """
+    return PolicyLoss("gspo_token", _gspo_fn(clip_low, clip_high, sequence_advantage=False))
+
+
+def sapo(
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+) -> PolicyLoss:
+    """SAPO soft adaptive gate (spec §3.6).
+
+    τ_i = τ+ if Ā_i > 0 else τ−; gate = (4/τ_i)·σ(τ_i·(r − 1)); L = −gate·A.
+    ∂L/∂lp = −A·4σ(1−σ)·r, which is −A at r = 1. The clip ratios feed only the diagnostic
+    pg_clipfrac = mean[(r > 1+εh ∧ A > 0) ∨ (r < 1−εl ∧ A < 0)].
+    """
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"SAPO temperatures must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        delta, ratio = _token_ratio(log_probs, batch.old_log_probs)
+        adv = batch.advantages
+        tau = jnp.where(row_mean(adv, mask) > 0, tau_pos, tau_neg)[:, None]
+        gate = (4.0 / tau) * jax.nn.sigmoid(tau * (ratio - 1.0))
+        outside = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - low) & (adv < 0))
+        metrics = {
+            "pg_clipfrac": masked_mean(outside, mask),
+            "pg_clipfrac_lower": jnp.zeros((), jnp.float32),
+            "ppo_kl": masked_mean(-delta, mask),
+        }
+        return -gate * adv, metrics
+
+    return PolicyLoss("sapo", fn)
+
+
+def cispo(
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+) -> PolicyLoss:
+    """CISPO: clipped stop-gradient IS weight times log-prob (spec §3.7).
+
+    r̂ = clip(r, 1−εl, 1+εh); L = −sg(r̂)·A·lp, so ∂L/∂lp = −r̂·A (never zeroed, only capped).
+    The value contains lp itself. pg_clipfrac = mean[r ≠ r̂] (A = 0 tokens count too).
+    ARLArena's scripts use clip_ratio_low = 1.0 (no lower bound).
+    """
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        delta, ratio = _token_ratio(log_probs, batch.old_log_probs)
+        clipped = jnp.clip(ratio, 1.0 - low, 1.0 + high)
+        metrics = {
+            "pg_clipfrac": masked_mean(ratio != clipped, mask),
+            "pg_clipfrac_lower": jnp.zeros((), jnp.float32),
+            "ppo_kl": masked_mean(-delta, mask),
+        }
+        return -sg(clipped) * batch.advantages * log_probs, metrics
+
+    return PolicyLoss("cispo", fn)
+
+
+def gmpo(
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+) -> PolicyLoss:
+    """GMPO, geometric-mean policy optimisation (spec §3.8 ``geo_mean``).
+
+    δ̃ = sgn(A)·min(sgn(A)·δ, sgn(A)·clip(δ, −εl, εh)) (clip in log space, δ unclamped),
+    ρ_i = exp(Σ_t m·δ̃ / (|y_i| + 1e-8)), Ā_i = Σ_t m·A / (|y_i| + 1e-8), row loss −Ā_i·ρ_i.
+    The row loss is placed on every token of the row, so seq-mean-token-mean returns the mean of
+    row losses over non-empty rows (verl averages over all rows; empty rows have Ā = 0 there).
+    Metrics: pg_clipfrac = mean[δ ≠ clip(δ) ∧ A > 0], pg_clipfrac_lower likewise with A < 0.
+    """
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        adv = batch.advantages
+        delta = log_probs - batch.old_log_probs
+        clipped = jnp.clip(delta, -low, high)
+        sign = jnp.sign(adv)
+        delta_tilde = sign * jnp.minimum(sign * delta, sign * clipped)
+        length = row_lengths(mask) + 1e-8
+        rho = jnp.exp(jnp.sum(delta_tilde * mask, axis=-1) / length)
+        mean_adv = jnp.sum(adv * mask, axis=-1) / length
+        is_clipped = delta != clipped
+        metrics = {
+            "pg_clipfrac": masked_mean(is_clipped & (adv > 0), mask),
+            "pg_clipfrac_lower": masked_mean(is_clipped & (adv < 0), mask),
+            "ppo_kl": masked_mean(-delta, mask),
+        }
+        row_loss = -mean_adv * rho
+        return jnp.broadcast_to(row_loss[:, None], log_probs.shape), metrics
+
+    return PolicyLoss("gmpo", fn)
+
+
+def sequence_mask(delta: float = 0.223) -> MaskTransform:
+    """Off-policy sequence masking, the ``_SM`` variants (spec §3.2).
+
+    Ā_i = row-mean advantage, κ_i = Σ_t m·(lp_old − lp) / max(|y_i|, 1) on unclamped δ. Row i is
+    dropped from the policy loss iff Ā_i < 0 and κ_i > δ_SM. Recomputed for every micro-batch
+    from the current lp; KL and entropy terms keep the unmasked response mask.
+    Metric: num_masked_seqs = number of dropped rows. ARLArena's agentic scripts use δ = 3e-3.
+    """
+    if delta < 0:
+        raise ValueError(f"seq_mask_delta must be >= 0, got {delta}")
+
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        mean_adv = row_mean(batch.advantages, mask)
+        kappa = row_mean(sg(batch.old_log_probs - log_probs), mask)
+        rejected = (mean_adv < 0) & (kappa > delta)
+        keep = jnp.where(rejected, 0.0, 1.0).astype(mask.dtype)
+        num_masked = jnp.sum(rejected * batch.row_mask)
+        return mask * keep[:, None], {"num_masked_seqs": num_masked}
+
+    return MaskTransform("sequence_mask", fn)
+
+
+def truncated_is(cap: float) -> LossWeight:
+    """Truncated importance sampling (spec §3.3): L ← L·min(exp(lp_old − lp_rollout), cap).
+
+    Corrects for the sampler/trainer mismatch; needs ``rollout_log_probs`` in the batch.
+    """
+    if cap <= 0:
+        raise ValueError(f"tis_imp_ratio_cap must be > 0 to enable truncated IS, got {cap}")
+
+    def fn(log_probs: Array, batch: TurnBatch) -> Array:
+        if batch.rollout_log_probs is None:
+            raise ValueError("truncated_is needs TurnBatch.rollout_log_probs (sampler log-probs)")
+        return jnp.minimum(jnp.exp(batch.old_log_probs - batch.rollout_log_probs), cap)
+
+    return LossWeight("truncated_is", fn)
