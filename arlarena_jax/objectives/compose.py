@@ -133,6 +133,7 @@ class Objective(NamedTuple):
         ``advantages`` and ``returns``.
         """
         state = self.init_state() if state is None else dict(state)
+        batch = without_padding(batch)
         mask = batch.response_mask
         placed = batch.episode_returns[:, None] * last_token_onehot(mask) * batch.row_mask[:, None]
         batch = batch._replace(
@@ -157,7 +158,11 @@ class Objective(NamedTuple):
         """
         if batch.advantages is None:
             raise ValueError("TurnBatch.advantages is None: call Objective.prepare(batch) first")
-        mask = batch.response_mask * batch.row_mask[:, None]
+        batch = without_padding(batch)
+        mask = batch.response_mask
+        log_probs = jnp.where(mask > 0, log_probs, 0.0)
+        if entropy is not None:
+            entropy = jnp.where(mask > 0, entropy, 0.0)
         metrics: Metrics = {"num_masked_seqs": jnp.zeros((), jnp.float32)}
         pg_mask = mask
         for transform in self.mask_transforms:
@@ -176,6 +181,41 @@ class Objective(NamedTuple):
             metrics.update(reg_metrics)
         metrics["loss"] = total
         return total, metrics
+
+
+_TOKEN_FIELDS = (
+    "old_log_probs",
+    "ref_log_probs",
+    "rollout_log_probs",
+    "old_entropy",
+    "values",
+    "token_rewards",
+    "advantages",
+    "returns",
+)
+_ROW_FIELDS = ("episode_returns", "step_rewards", "action_valid", "step_reward_adjust")
+
+
+def without_padding(batch: TurnBatch) -> TurnBatch:
+    """Zero every value on padding rows and padding tokens (``jnp.where``, not a product).
+
+    Padding may hold anything, NaN and -inf included (a model's log-prob of a pad token); a
+    product with a 0 mask would turn those into NaN, ``where`` cannot. The response mask is
+    restricted to real rows.
+    """
+    row = batch.row_mask > 0
+    mask = jnp.where(row[:, None], batch.response_mask, 0.0)
+    token = mask > 0
+    updates: dict[str, Array] = {"response_mask": mask}
+    for name in _TOKEN_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            updates[name] = jnp.where(token, value, jnp.zeros((), value.dtype))
+    for name in _ROW_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            updates[name] = jnp.where(row, value, jnp.zeros((), value.dtype))
+    return batch._replace(**updates)
 
 
 _SLOTS: dict[type, str] = {

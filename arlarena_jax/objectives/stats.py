@@ -60,9 +60,10 @@ class SegmentStats(NamedTuple):
 def segment_stats(values: Array, segment_ids: Array, weight: Array) -> SegmentStats:
     """Mean and unbiased std of ``values`` within each segment, gathered back to rows.
 
-    ``weight`` is the multiplicity of each row (1 real, 0 padding; a fractional weight lets one
-    trajectory count once however many rows it has). Two passes (mean, then squared deviations)
-    keep the variance accurate.
+    ``weight`` is the multiplicity of each row: 1 real, 0 padding. To count a trajectory once,
+    weight one representative row 1 and the others 0; fractional weights (1/rows) can miss the
+    singleton test through rounding. Two passes (mean, then squared deviations) keep the
+    variance accurate.
     """
     n = values.shape[0]
     count = jax.ops.segment_sum(weight, segment_ids, num_segments=n)
