@@ -166,7 +166,8 @@ def test_padding_rows_and_tokens_change_nothing(data, extra_rows, extra_tokens):
     n, t = batch.response_mask.shape
     for name, objective in OBJECTIVES:
         value, metrics, grad = loss_grad(objective, batch, lp)
-        p_value, p_metrics, p_grad = loss_grad(objective, padded, padded_lp)
+        cleaned, _, _ = objective.prepare(padded)  # prepare zeroes padding once per batch
+        p_value, p_metrics, p_grad = loss_grad(objective, cleaned, padded_lp)
         np.testing.assert_allclose(p_value, value, atol=1e-6, err_msg=name)
         np.testing.assert_allclose(p_grad[:n, :t], grad, atol=1e-6, err_msg=name)
         np.testing.assert_allclose(p_grad[n:], 0.0, atol=0.0, err_msg=name)

@@ -155,11 +155,14 @@ class Objective(NamedTuple):
 
         ``log_probs`` are the current policy's token log-probs ``[N, T]`` (the argument to
         differentiate); ``entropy`` the current token entropies, needed by an entropy bonus.
+        ``batch`` is (a micro-batch slice of) the output of :meth:`prepare`, whose padding is
+        already zeroed; here only ``log_probs`` and ``entropy`` are cleaned of padding values.
         """
         if batch.advantages is None:
             raise ValueError("TurnBatch.advantages is None: call Objective.prepare(batch) first")
-        batch = without_padding(batch)
-        mask = batch.response_mask
+        # The batch fields were cleaned once by prepare(); only the fresh model outputs are.
+        mask = jnp.where(batch.row_mask[:, None] > 0, batch.response_mask, 0.0)
+        batch = batch._replace(response_mask=mask)
         log_probs = jnp.where(mask > 0, log_probs, 0.0)
         if entropy is not None:
             entropy = jnp.where(mask > 0, entropy, 0.0)

@@ -112,23 +112,44 @@ def dr_grpo(
     )
 
 
-def _gspo_fn(clip_low: float, clip_high: float, sequence_advantage: bool):
+def _gspo_metrics(clipped: Array, delta: Array, mask: Array) -> dict[str, Array]:
+    return {
+        "pg_clipfrac": masked_mean(clipped, mask),
+        "pg_clipfrac_lower": jnp.zeros((), jnp.float32),
+        "ppo_kl": masked_mean(-delta, mask),
+    }
+
+
+def _gspo_sequence_fn(clip_low: float, clip_high: float):
+    """Row-level GSPO: one ratio, one clip and one loss per row, broadcast over its tokens.
+
+    Differentiating s_i = exp(min(δ̄_i, 10)) directly gives ∂s_i/∂lp[i,t] = s_i·m/|y_i|, so
+    under any aggregation a broadcast row loss has exactly the per-token gradient of the
+    stop-gradient form (the row's |y_i| tokens each carry 1/|y_i| of it). One exp per row.
+    """
+
     def fn(log_probs: Array, batch: TurnBatch, mask: Array):
         delta = log_probs - batch.old_log_probs  # unclamped (spec §3.5 step 1)
-        mean_delta = row_mean(delta, mask)
-        log_s = log_probs - sg(log_probs) + sg(mean_delta)[:, None]
-        s = jnp.exp(jnp.minimum(log_s, GSPO_LOG_CLAMP))
-        adv = batch.advantages
-        if sequence_advantage:
-            adv = jnp.broadcast_to(row_mean(adv, mask)[:, None], adv.shape)
+        s = jnp.exp(jnp.minimum(row_mean(delta, mask), GSPO_LOG_CLAMP))
+        adv = row_mean(batch.advantages, mask)
         l1 = -adv * s
         l2 = -adv * jnp.clip(s, 1.0 - clip_low, 1.0 + clip_high)
-        metrics = {
-            "pg_clipfrac": masked_mean(l2 > l1, mask),
-            "pg_clipfrac_lower": jnp.zeros((), jnp.float32),
-            "ppo_kl": masked_mean(-delta, mask),
-        }
-        return jnp.maximum(l1, l2), metrics
+        loss = jnp.broadcast_to(jnp.maximum(l1, l2)[:, None], log_probs.shape)
+        clipped = jnp.broadcast_to((l2 > l1)[:, None], log_probs.shape)
+        return loss, _gspo_metrics(clipped, delta, mask)
+
+    return fn
+
+
+def _gspo_token_fn(clip_low: float, clip_high: float):
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        delta = log_probs - batch.old_log_probs  # unclamped (spec §3.5 step 1)
+        log_s = log_probs - sg(log_probs) + sg(row_mean(delta, mask))[:, None]
+        s = jnp.exp(jnp.minimum(log_s, GSPO_LOG_CLAMP))
+        adv = batch.advantages
+        l1 = -adv * s
+        l2 = -adv * jnp.clip(s, 1.0 - clip_low, 1.0 + clip_high)
+        return jnp.maximum(l1, l2), _gspo_metrics(l2 > l1, delta, mask)
 
     return fn
 
@@ -136,15 +157,16 @@ def _gspo_fn(clip_low: float, clip_high: float, sequence_advantage: bool):
 def gspo(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
     """GSPO with a per-turn geometric-mean ratio and the sequence's advantage (spec §3.5).
 
-    s_i = exp(min(δ̄_i, 10)), δ̄_i = Σ_t m·δ / max(|y_i|, 1) (no ±20 clamp). The value is s_i on
-    every token of row i; the stop-gradient form log s[i,t] = lp − sg(lp) + sg(δ̄_i) makes
-    ∂s[i,t]/∂lp[i,t] = s_i. L = max(−Ā_i·s_i, −Ā_i·clip(s_i, 1−εl, 1+εh)), no dual clip, with
-    Ā_i the row-mean advantage. With seq-mean-token-mean an unclipped row contributes
-    −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|: GSPO's sequence gradient. verl's ``gspo`` loss
+    s_i = exp(min(δ̄_i, 10)), δ̄_i = Σ_t m·δ / max(|y_i|, 1) (no ±20 clamp), and the row loss
+    L_i = max(−Ā_i·s_i, −Ā_i·clip(s_i, 1−εl, 1+εh)) (no dual clip, Ā_i the row-mean advantage)
+    sits on every token of row i. Its gradient equals verl's stop-gradient form
+    log s[i,t] = lp − sg(lp) + sg(δ̄_i) under every aggregation, at one exp per row. With
+    seq-mean-token-mean an unclipped row contributes −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|:
+    GSPO's sequence gradient. verl's ``gspo`` loss
     equals this whenever the advantage is constant along the row (every outcome estimator).
     Defaults are the GSPO paper's; the ARLArena presets pass their own (spec §9).
     """
-    return PolicyLoss("gspo", _gspo_fn(clip_low, clip_high, sequence_advantage=True))
+    return PolicyLoss("gspo", _gspo_sequence_fn(clip_low, clip_high))
 
 
 def gspo_token(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
@@ -153,7 +175,7 @@ def gspo_token(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
     s[i,t] = sg(s_i)·π(y_t)/sg(π(y_t)); L = max(−A·s, −A·clip(s, 1−εl, 1+εh)). This is verl's
     ``gspo`` formula verbatim; it differs from :func:`gspo` only for token-level advantages.
     """
-    return PolicyLoss("gspo_token", _gspo_fn(clip_low, clip_high, sequence_advantage=False))
+    return PolicyLoss("gspo_token", _gspo_token_fn(clip_low, clip_high))
 
 
 def sapo(
