@@ -75,6 +75,7 @@ class TurnBatch(NamedTuple):
         return self.response_mask.shape[1]
 
 
+_VALUE_ROW_FIELDS = ("episode_returns", "step_rewards", "action_valid", "step_reward_adjust")
 _ROW_FIELDS = (
     "row_mask",
     "group_ids",
@@ -96,6 +97,25 @@ _TOKEN_FIELDS = (
     "advantages",
     "returns",
 )
+
+
+def without_padding(batch: TurnBatch) -> TurnBatch:
+    """Zero every value on padding rows and padding tokens (``jnp.where``, not a product).
+
+    Padding may hold anything, NaN and -inf included (a model's log-prob of a pad token); a
+    product with a 0 mask would turn those into NaN, ``where`` cannot. The response mask is
+    restricted to real rows. Ids are left as they are.
+    """
+    row = batch.row_mask > 0
+    mask = jnp.where(row[:, None], batch.response_mask, 0.0)
+    token = mask > 0
+    updates: dict[str, Array] = {"response_mask": mask}
+    for names, keep in ((_TOKEN_FIELDS, token), (_VALUE_ROW_FIELDS, row)):
+        for name in names:
+            value = getattr(batch, name)
+            if value is not None:
+                updates[name] = jnp.where(keep, value, jnp.zeros((), value.dtype))
+    return batch._replace(**updates)
 
 
 def validate_batch(batch: TurnBatch) -> None:

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from arlarena_jax.objectives.aggregate import Aggregation, token_mean
-from arlarena_jax.objectives.batch import TurnBatch
+from arlarena_jax.objectives.batch import TurnBatch, without_padding
 from arlarena_jax.objectives.stats import last_token_onehot
 
 Array = jax.Array
@@ -184,41 +184,6 @@ class Objective(NamedTuple):
             metrics.update(reg_metrics)
         metrics["loss"] = total
         return total, metrics
-
-
-_TOKEN_FIELDS = (
-    "old_log_probs",
-    "ref_log_probs",
-    "rollout_log_probs",
-    "old_entropy",
-    "values",
-    "token_rewards",
-    "advantages",
-    "returns",
-)
-_ROW_FIELDS = ("episode_returns", "step_rewards", "action_valid", "step_reward_adjust")
-
-
-def without_padding(batch: TurnBatch) -> TurnBatch:
-    """Zero every value on padding rows and padding tokens (``jnp.where``, not a product).
-
-    Padding may hold anything, NaN and -inf included (a model's log-prob of a pad token); a
-    product with a 0 mask would turn those into NaN, ``where`` cannot. The response mask is
-    restricted to real rows.
-    """
-    row = batch.row_mask > 0
-    mask = jnp.where(row[:, None], batch.response_mask, 0.0)
-    token = mask > 0
-    updates: dict[str, Array] = {"response_mask": mask}
-    for name in _TOKEN_FIELDS:
-        value = getattr(batch, name)
-        if value is not None:
-            updates[name] = jnp.where(token, value, jnp.zeros((), value.dtype))
-    for name in _ROW_FIELDS:
-        value = getattr(batch, name)
-        if value is not None:
-            updates[name] = jnp.where(row, value, jnp.zeros((), value.dtype))
-    return batch._replace(**updates)
 
 
 _SLOTS: dict[type, str] = {
