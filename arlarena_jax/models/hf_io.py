@@ -1,0 +1,127 @@
+"""Hugging Face checkpoints in and out: ``config.json`` + safetensors (single or sharded).
+
+Tensor names are Hugging Face's (``model.layers.0.mlp.gate_proj.weight``); linear weights are
+stored ``[out, in]`` there and ``[in, out]`` (``kernel``) here. A checkpoint that lacks a tensor,
+has one of the wrong shape, or is of another architecture fails with one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from arlarena_jax.models.config import QwenConfig
+from arlarena_jax.models.qwen import QwenForCausalLM
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS_SINGLE = "model.safetensors"
+
+
+def tensor_layout(config: QwenConfig) -> Iterator[tuple[str, tuple[str | int, ...], bool]]:
+    """(HF tensor name, attribute path in :class:`QwenForCausalLM`, transposed) for each tensor."""
+    yield "model.embed_tokens.weight", ("model", "embed_tokens", "embedding"), False
+    for i in range(config.num_hidden_layers):
+        layer = ("model", "layers", i)
+        prefix = f"model.layers.{i}"
+        for proj, bias in (
+            ("q_proj", config.qkv_bias),
+            ("k_proj", config.qkv_bias),
+            ("v_proj", config.qkv_bias),
+            ("o_proj", config.o_bias),
+        ):
+            yield f"{prefix}.self_attn.{proj}.weight", (*layer, "self_attn", proj, "kernel"), True
+            if bias:
+                yield f"{prefix}.self_attn.{proj}.bias", (*layer, "self_attn", proj, "bias"), False
+        if config.qk_norm:
+            for norm in ("q_norm", "k_norm"):
+                yield (
+                    f"{prefix}.self_attn.{norm}.weight",
+                    (*layer, "self_attn", norm, "weight"),
+                    False,
+                )
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            yield f"{prefix}.mlp.{proj}.weight", (*layer, "mlp", proj, "kernel"), True
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            yield f"{prefix}.{norm}.weight", (*layer, norm, "weight"), False
+    yield "model.norm.weight", ("model", "norm", "weight"), False
+    if not config.tie_word_embeddings:
+        yield "lm_head.weight", ("lm_head", "kernel"), True
+
+
+def _variable(model: QwenForCausalLM, path: tuple[str | int, ...]) -> nnx.Variable:
+    node = model
+    for key in path:
+        node = node[key] if isinstance(key, int) else getattr(node, key)
+    return node
+
+
+def load_state_dict(model: QwenForCausalLM, tensors: Mapping[str, np.ndarray]) -> None:
+    """Copy Hugging Face tensors into ``model`` in place, checking every name and shape."""
+    for name, path, transposed in tensor_layout(model.config):
+        if name not in tensors:
+            raise ValueError(f"checkpoint is missing tensor {name!r}")
+        value = np.asarray(tensors[name])
+        if transposed:
+            value = value.T
+        variable = _variable(model, path)
+        expected = tuple(variable.get_value().shape)
+        if value.shape != expected:
+            hf_shape = value.shape[::-1] if transposed else value.shape
+            want = expected[::-1] if transposed else expected
+            raise ValueError(f"tensor {name!r} has shape {hf_shape}, expected {want}")
+        variable.set_value(jnp.asarray(value, variable.get_value().dtype))
+
+
+def state_dict(model: QwenForCausalLM) -> dict[str, np.ndarray]:
+    """The model's parameters under Hugging Face names and layouts (float32 NumPy)."""
+    out = {}
+    for name, path, transposed in tensor_layout(model.config):
+        value = np.asarray(_variable(model, path).get_value(), np.float32)
+        out[name] = np.ascontiguousarray(value.T if transposed else value)
+    return out
+
+
+def read_safetensors(directory: Path) -> dict[str, np.ndarray]:
+    """All tensors of a single-file or sharded (with index) safetensors checkpoint."""
+    from safetensors.numpy import load_file
+
+    index = directory / SAFETENSORS_INDEX
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (directory / SAFETENSORS_SINGLE).exists():
+        shards = [SAFETENSORS_SINGLE]
+    else:
+        raise FileNotFoundError(f"no {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} in {directory}")
+    tensors: dict[str, np.ndarray] = {}
+    for shard in shards:
+        tensors.update(load_file(directory / shard))
+    return tensors
+
+
+def load_pretrained(
+    directory: str | Path, *, dtype=jnp.float32, param_dtype=jnp.float32, seed: int = 0
+) -> QwenForCausalLM:
+    """Build the model described by ``directory/config.json`` and load its safetensors."""
+    directory = Path(directory)
+    config = QwenConfig.from_json(directory)
+    tensors = read_safetensors(directory)
+    model = QwenForCausalLM(config, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=param_dtype)
+    load_state_dict(model, tensors)
+    return model
+
+
+def save_pretrained(model: QwenForCausalLM, directory: str | Path) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` that ``transformers`` loads as is."""
+    from safetensors.numpy import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_hf_dict() | {"torch_dtype": "float32"}
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(state_dict(model), directory / SAFETENSORS_SINGLE, metadata={"format": "pt"})
+    return directory
