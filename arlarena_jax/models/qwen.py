@@ -175,7 +175,6 @@ class QwenForCausalLM(nnx.Module):
                 param_dtype=param_dtype,
                 rngs=rngs,
             )
-        self.inv_freq = nnx.Variable(rope_inverse_frequencies(config))
 
     def hidden_states(
         self, input_ids: Array, attention_mask: Array | None = None, positions: Array | None = None
@@ -189,7 +188,7 @@ class QwenForCausalLM(nnx.Module):
         s = input_ids.shape[1]
         causal = jnp.tril(jnp.ones((s, s), bool))
         allowed = causal[None] & real[:, None, :]
-        cos, sin = rope_cos_sin(positions, self.inv_freq.get_value())
+        cos, sin = rope_cos_sin(positions, rope_inverse_frequencies(self.config))
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, cos, sin, allowed)
