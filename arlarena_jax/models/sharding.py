@@ -1,0 +1,98 @@
+"""One device mesh with axes ``data``, ``fsdp``, ``tensor`` and one table of partition rules.
+
+Parameters: matrices are split over ``fsdp`` along the model width and over ``tensor`` along the
+head / MLP / vocabulary dimension (Megatron layout: q/k/v and gate/up column-split, o/down
+row-split); norms are replicated. Activations: the batch is split over ``data`` and ``fsdp``.
+A rule applies to a parameter only if each named axis size divides the dimension it splits;
+otherwise :func:`shard_model` fails with one line naming the parameter.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+AXES = ("data", "fsdp", "tensor")
+BATCH = PartitionSpec(("data", "fsdp"))  # activations [B, ...]: batch over data × fsdp
+
+# (regex on the dotted parameter path, partition spec); first match wins.
+PARAMETER_RULES: tuple[tuple[str, PartitionSpec], ...] = (
+    (r"embed_tokens\.embedding$", PartitionSpec("tensor", "fsdp")),
+    (r"self_attn\.(q|k|v)_proj\.kernel$", PartitionSpec("fsdp", "tensor")),
+    (r"self_attn\.(q|k|v)_proj\.bias$", PartitionSpec("tensor")),
+    (r"self_attn\.o_proj\.kernel$", PartitionSpec("tensor", "fsdp")),
+    (r"self_attn\.o_proj\.bias$", PartitionSpec()),
+    (r"mlp\.(gate|up)_proj\.kernel$", PartitionSpec("fsdp", "tensor")),
+    (r"mlp\.down_proj\.kernel$", PartitionSpec("tensor", "fsdp")),
+    (r"lm_head\.kernel$", PartitionSpec("fsdp", "tensor")),
+    (r"(norm|layernorm)\.weight$", PartitionSpec()),
+)
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
+    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all); sizes must multiply up."""
+    devices = jax.devices() if devices is None else list(devices)
+    if data * fsdp * tensor != len(devices):
+        raise ValueError(
+            f"mesh data*fsdp*tensor = {data}*{fsdp}*{tensor} = {data * fsdp * tensor} does not "
+            f"match the {len(devices)} devices"
+        )
+    return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), AXES)
+
+
+def _path_name(path) -> str:
+    """Dotted name of a state leaf: ``model.layers.0.mlp.gate_proj.kernel``."""
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    if parts and parts[-1] == "value":  # the array inside an nnx.Variable
+        parts.pop()
+    return ".".join(parts)
+
+
+def parameter_spec(name: str) -> PartitionSpec:
+    """The partition spec of the parameter at dotted path ``name`` (replicated if no rule)."""
+    for pattern, spec in PARAMETER_RULES:
+        if re.search(pattern, name):
+            return spec
+    return PartitionSpec()
+
+
+def _check_divisible(name: str, shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh) -> None:
+    for dim, axis in zip(shape, spec, strict=False):
+        if axis is None:
+            continue
+        size = int(np.prod([mesh.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,))]))
+        if dim % size:
+            raise ValueError(
+                f"parameter {name} of shape {shape}: dimension {dim} is not divisible by mesh "
+                f"axis {axis!r} of size {size}"
+            )
+
+
+def parameter_shardings(model: nnx.Module, mesh: Mesh):
+    """A pytree of ``NamedSharding`` matching ``nnx.state(model, nnx.Param)``."""
+    state = nnx.state(model, nnx.Param)
+
+    def sharding(path, leaf):
+        name = _path_name(path)
+        spec = parameter_spec(name)
+        _check_divisible(name, tuple(leaf.shape), spec, mesh)
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(sharding, state)
+
+
+def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:
+    """Place every parameter of ``model`` on ``mesh`` by :data:`PARAMETER_RULES`, in place."""
+    state = nnx.state(model, nnx.Param)
+    placed = jax.device_put(state, parameter_shardings(model, mesh))
+    nnx.update(model, placed)
+    return model
