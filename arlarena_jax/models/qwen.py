@@ -151,8 +151,16 @@ class QwenBody(nnx.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
 
 
+def _call_layer(layer: DecoderLayer, x: Array, cos: Array, sin: Array, allowed: Array) -> Array:
+    return layer(x, cos, sin, allowed)
+
+
 class QwenForCausalLM(nnx.Module):
-    """A dense Qwen2/Qwen3 causal LM: ``model(input_ids, attention_mask) -> logits`` (float32)."""
+    """A dense Qwen2/Qwen3 causal LM: ``model(input_ids, attention_mask) -> logits`` (float32).
+
+    ``remat`` names a ``jax.checkpoint_policies`` policy applied per decoder layer (e.g.
+    ``"nothing_saveable"``: keep only layer inputs, recompute the rest in the backward pass).
+    """
 
     def __init__(
         self,
@@ -161,8 +169,15 @@ class QwenForCausalLM(nnx.Module):
         rngs: nnx.Rngs,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
+        remat: str | None = None,
     ):
+        if remat is not None and not hasattr(jax.checkpoint_policies, remat):
+            raise ValueError(
+                f"unknown remat policy {remat!r}; use a jax.checkpoint_policies name such as "
+                "'nothing_saveable' or 'dots_with_no_batch_dims_saveable'"
+            )
         self.config = config
+        self.remat = remat
         self.model = QwenBody(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         if config.tie_word_embeddings:
             self.lm_head = None
@@ -190,8 +205,11 @@ class QwenForCausalLM(nnx.Module):
         allowed = causal[None] & real[:, None, :]
         cos, sin = rope_cos_sin(positions, rope_inverse_frequencies(self.config))
         x = self.model.embed_tokens(input_ids)
+        run = _call_layer
+        if self.remat is not None:
+            run = nnx.remat(_call_layer, policy=getattr(jax.checkpoint_policies, self.remat))
         for layer in self.model.layers:
-            x = layer(x, cos, sin, allowed)
+            x = run(layer, x, cos, sin, allowed)
         return self.model.norm(x)
 
     def logits(self, hidden: Array) -> Array:
