@@ -67,3 +67,30 @@ def test_indivisible_mesh_fails_with_one_line():
         shard_model(model, make_mesh(1, 4, 2))
     with pytest.raises(ValueError, match="does not match the 8 devices"):
         make_mesh(2, 2, 1)
+
+
+def test_load_pretrained_straight_into_the_mesh(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    config = transformers.Qwen3Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+    )
+    transformers.Qwen3ForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
+    from arlarena_jax.models.hf_io import load_pretrained
+
+    reference = np.asarray(load_pretrained(tmp_path)(IDS, MASK))
+    mesh = make_mesh(1, 4, 2)
+    model = load_pretrained(tmp_path, mesh=mesh)
+    up = model.model.layers[0].mlp.up_proj.kernel.get_value()
+    assert up.sharding.spec == PartitionSpec("fsdp", "tensor")
+    assert up.addressable_shards[0].data.shape == (64 // 4, 128 // 2)
+    graphdef, params = nnx.split(model)
+    got = jax.jit(lambda p, i, m: nnx.merge(graphdef, p)(i, m))(params, IDS, MASK)
+    np.testing.assert_allclose(np.asarray(got), reference, atol=1e-5)

@@ -11,12 +11,15 @@ import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
 
 from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.qwen import QwenForCausalLM
+from arlarena_jax.models.sharding import check_divisible, parameter_spec
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -60,8 +63,14 @@ def _variable(model: QwenForCausalLM, path: tuple[str | int, ...]) -> nnx.Variab
     return node
 
 
-def load_state_dict(model: QwenForCausalLM, tensors: Mapping[str, np.ndarray]) -> None:
-    """Copy Hugging Face tensors into ``model`` in place, checking every name and shape."""
+def load_state_dict(
+    model: QwenForCausalLM, tensors: Mapping[str, np.ndarray], mesh: Mesh | None = None
+) -> None:
+    """Copy Hugging Face tensors into ``model`` in place, checking every name and shape.
+
+    With a ``mesh``, each tensor goes straight to its sharding from the partition rules, so no
+    device ever holds a whole parameter it should only hold a shard of.
+    """
     for name, path, transposed in tensor_layout(model.config):
         if name not in tensors:
             raise ValueError(f"checkpoint is missing tensor {name!r}")
@@ -74,7 +83,14 @@ def load_state_dict(model: QwenForCausalLM, tensors: Mapping[str, np.ndarray]) -
             hf_shape = value.shape[::-1] if transposed else value.shape
             want = expected[::-1] if transposed else expected
             raise ValueError(f"tensor {name!r} has shape {hf_shape}, expected {want}")
-        variable.set_value(jnp.asarray(value, variable.get_value().dtype))
+        value = value.astype(variable.get_value().dtype)
+        if mesh is None:
+            variable.set_value(jnp.asarray(value))
+        else:
+            attribute = ".".join(str(k) for k in path)
+            check_divisible(attribute, value.shape, parameter_spec(attribute), mesh)
+            placed = jax.device_put(value, NamedSharding(mesh, parameter_spec(attribute)))
+            variable.set_value(placed)
 
 
 def state_dict(model: QwenForCausalLM) -> dict[str, np.ndarray]:
@@ -104,14 +120,27 @@ def read_safetensors(directory: Path) -> dict[str, np.ndarray]:
 
 
 def load_pretrained(
-    directory: str | Path, *, dtype=jnp.float32, param_dtype=jnp.float32, seed: int = 0
+    directory: str | Path,
+    *,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+    mesh: Mesh | None = None,
+    remat: str | None = None,
 ) -> QwenForCausalLM:
-    """Build the model described by ``directory/config.json`` and load its safetensors."""
+    """Build the model described by ``directory/config.json`` and load its safetensors.
+
+    The model is built abstractly (``nnx.eval_shape``: no random weights are ever allocated),
+    then every tensor is placed, on ``mesh`` with its partition-rule sharding if one is given.
+    """
     directory = Path(directory)
     config = QwenConfig.from_json(directory)
     tensors = read_safetensors(directory)
-    model = QwenForCausalLM(config, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=param_dtype)
-    load_state_dict(model, tensors)
+    model = nnx.eval_shape(
+        lambda: QwenForCausalLM(
+            config, rngs=nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype, remat=remat
+        )
+    )
+    load_state_dict(model, tensors, mesh)
     return model
 
 

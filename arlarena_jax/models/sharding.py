@@ -65,7 +65,7 @@ def parameter_spec(name: str) -> PartitionSpec:
     return PartitionSpec()
 
 
-def _check_divisible(name: str, shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh) -> None:
+def check_divisible(name: str, shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh) -> None:
     for dim, axis in zip(shape, spec, strict=False):
         if axis is None:
             continue
@@ -84,7 +84,7 @@ def parameter_shardings(model: nnx.Module, mesh: Mesh):
     def sharding(path, leaf):
         name = _path_name(path)
         spec = parameter_spec(name)
-        _check_divisible(name, tuple(leaf.shape), spec, mesh)
+        check_divisible(name, tuple(leaf.shape), spec, mesh)
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(sharding, state)
