@@ -2,15 +2,22 @@
 
 from arlarena_jax.models.config import PRESETS, QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, load_state_dict, save_pretrained, state_dict
+from arlarena_jax.models.logprobs import TokenStats, token_log_probs
 from arlarena_jax.models.qwen import QwenForCausalLM
+from arlarena_jax.models.sharding import make_mesh, parameter_spec, shard_model
 
 __all__ = [
     "PRESETS",
     "QwenConfig",
     "QwenForCausalLM",
+    "TokenStats",
     "load_pretrained",
     "load_state_dict",
+    "make_mesh",
+    "parameter_spec",
     "preset",
     "save_pretrained",
+    "shard_model",
     "state_dict",
+    "token_log_probs",
 ]
