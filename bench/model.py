@@ -1,0 +1,111 @@
+"""Benchmark: forward and forward+backward tokens/s of our Qwen3 against Hugging Face transformers.
+
+The same random weights (ours, exported with ``save_pretrained`` and read by transformers), the
+same token batch, float32 on this machine's CPU (or GPU for JAX if present). The training step
+is the mean token log-likelihood and its gradient for all parameters (transformers: the LM loss
+with ``labels`` and ``backward()``). Outputs are checked against each other before timing.
+
+    python bench/model.py [--presets tiny small] [--batch 8] [--seq 256] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import transformers
+from flax import nnx
+
+from arlarena_jax.models import QwenForCausalLM, preset, save_pretrained, token_log_probs
+
+
+def timed(fn, repeats: int) -> float:
+    fn()  # warm-up / compile
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench(name: str, batch: int, seq: int, repeats: int) -> None:
+    config = preset(name)
+    ours = QwenForCausalLM(config, rngs=nnx.Rngs(0))
+    with tempfile.TemporaryDirectory() as directory:
+        save_pretrained(ours, directory)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, seq))
+    jids, tids = jnp.asarray(ids), torch.tensor(ids)
+    graphdef, params = nnx.split(ours, nnx.Param)
+
+    forward = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+
+    def nll(p, x):
+        stats = token_log_probs(nnx.merge(graphdef, p), x, chunk_size=seq)
+        return -jnp.mean(stats.log_probs[:, 1:])
+
+    train = jax.jit(jax.value_and_grad(nll))
+
+    def torch_forward():
+        with torch.no_grad():
+            return theirs(input_ids=tids).logits
+
+    def torch_train():
+        theirs.zero_grad(set_to_none=True)
+        loss = theirs(input_ids=tids, labels=tids).loss
+        loss.backward()
+        return loss
+
+    got = np.asarray(forward(params, jids))
+    np.testing.assert_allclose(got, torch_forward().numpy(), atol=1e-3)
+    np.testing.assert_allclose(
+        float(train(params, jids)[0]), float(torch_train().detach()), rtol=1e-4
+    )
+
+    tokens = batch * seq
+    rows = [
+        (
+            "forward",
+            timed(lambda: jax.block_until_ready(forward(params, jids)), repeats),
+            timed(torch_forward, repeats),
+        ),
+        (
+            "forward+backward",
+            timed(lambda: jax.block_until_ready(train(params, jids)), repeats),
+            timed(torch_train, repeats),
+        ),
+    ]
+    count = sum(x.size for x in jax.tree.leaves(params))
+    print(f"{name} ({count / 1e6:.1f} M parameters), batch {batch} x {seq} tokens")
+    for label, t_jax, t_torch in rows:
+        print(
+            f"  {label:<17} transformers {tokens / t_torch:9.0f} tok/s | ours (jax.jit) "
+            f"{tokens / t_jax:9.0f} tok/s | ratio {t_torch / t_jax:.2f}x"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, jax {jax.__version__} on {jax.devices()[0].platform}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), float32"
+    )
+    for name in args.presets:
+        bench(name, args.batch, args.seq, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
