@@ -141,3 +141,9 @@ def test_sharded_checkpoint_with_index(tmp_path):
     ours = load_pretrained(tmp_path)
     got = np.asarray(ours(jnp.asarray(IDS), jnp.asarray(MASK)))
     np.testing.assert_allclose(got[REAL], hf_logits(model)[REAL], atol=1e-4)
+
+
+def test_padding_positions_stay_finite():
+    """Fully masked (left-padding) query rows must not produce NaN that could spread."""
+    ours = QwenForCausalLM(preset("tiny", vocab_size=97), rngs=nnx.Rngs(0))
+    assert np.isfinite(np.asarray(ours(jnp.asarray(IDS), jnp.asarray(MASK)))).all()

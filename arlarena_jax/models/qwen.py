@@ -91,14 +91,8 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        groups = self.num_heads // self.num_kv_heads
-        q = q.reshape(b, s, self.num_kv_heads, groups, self.head_dim)
-        scores = jnp.einsum("bqhgd,bkhd->bhgqk", q, k).astype(jnp.float32)
-        scores = scores * self.head_dim**-0.5
-        scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bhgqk,bkhd->bqhgd", probs, v).reshape(b, s, -1)
-        return self.o_proj(out)
+        out = jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None, :, :])
+        return self.o_proj(out.reshape(b, s, -1))
 
 
 class MLP(nnx.Module):
