@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -22,18 +20,9 @@ import numpy as np
 import torch
 import transformers
 from flax import nnx
+from timing import median_seconds
 
 from arlarena_jax.models import QwenForCausalLM, preset, save_pretrained, token_log_probs
-
-
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up / compile
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def bench(name: str, batch: int, seq: int, repeats: int) -> None:
@@ -74,13 +63,13 @@ def bench(name: str, batch: int, seq: int, repeats: int) -> None:
     rows = [
         (
             "forward",
-            timed(lambda: jax.block_until_ready(forward(params, jids)), repeats),
-            timed(torch_forward, repeats),
+            median_seconds(lambda: jax.block_until_ready(forward(params, jids)), repeats),
+            median_seconds(torch_forward, repeats),
         ),
         (
             "forward+backward",
-            timed(lambda: jax.block_until_ready(train(params, jids)), repeats),
-            timed(torch_train, repeats),
+            median_seconds(lambda: jax.block_until_ready(train(params, jids)), repeats),
+            median_seconds(torch_train, repeats),
         ),
     ]
     count = sum(x.size for x in jax.tree.leaves(params))

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import median_seconds
 
 from arlarena_jax.objectives import aggregate, ratio, regularize
 from arlarena_jax.objectives.batch import make_batch
@@ -88,15 +87,6 @@ def jax_sampo(x: dict[str, np.ndarray]):
     return lambda: jax.block_until_ready(step(lp, batch, entropy))
 
 
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8192)
@@ -111,8 +101,8 @@ def main() -> None:
     np.testing.assert_allclose(float(jax_loss), float(np_loss), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(np.asarray(jax_grad), np_grad, rtol=1e-3, atol=1e-9)
 
-    t_jax = timed(run_jax, args.repeats)
-    t_np = timed(lambda: numpy_sampo(x), args.repeats)
+    t_jax = median_seconds(run_jax, args.repeats)
+    t_np = median_seconds(lambda: numpy_sampo(x), args.repeats)
     print(
         f"machine: {platform.machine()} {platform.processor() or ''} "
         f"jax {jax.__version__} on {jax.devices()[0].platform}, numpy {np.__version__}"
