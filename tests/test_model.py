@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -113,17 +114,11 @@ def test_bad_checkpoints_fail_with_one_line(tmp_path):
 def test_presets_sizes():
     def count(name):
         model = nnx.eval_shape(lambda: QwenForCausalLM(preset(name), rngs=nnx.Rngs(0)))
-        return sum(np.prod(p.shape) for p in jax_leaves(nnx.state(model, nnx.Param)))
+        return sum(np.prod(p.shape) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
     assert 1e6 <= count("tiny") <= 5e6
     assert 25e6 <= count("small") <= 35e6
     assert 3.9e9 <= count("qwen3-4b") <= 4.1e9  # Qwen3-4B: 4.02 B parameters
-
-
-def jax_leaves(tree):
-    import jax
-
-    return jax.tree.leaves(tree)
 
 
 def test_config_json_round_trip():
