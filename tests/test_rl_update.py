@@ -115,6 +115,36 @@ def test_micro_batch_accumulation_equals_one_pass(split_model):
     assert results[0][1] > 0
 
 
+def test_padding_micro_batches_add_nothing(split_model):
+    """Two real rows, then two padding rows: the padded micro-batch is skipped, so the metrics
+    equal the unpadded step's and the gradient is the same sum divided by grad_accum = 2."""
+    graphdef, params = split_model
+    objective = chain(advantage.grpo(), ratio.vanilla(), agg.seq_mean_token_mean())
+    sequences, batch = make_rows(np.random.default_rng(4), 2)
+    batch = prepared(graphdef, params, sequences, batch, objective)
+    padded_seq = jax.tree.map(lambda x: jnp.pad(x, [(0, 2)] + [(0, 0)] * (x.ndim - 1)), sequences)
+    padded_batch = jax.tree.map(lambda x: jnp.pad(x, [(0, 2)] + [(0, 0)] * (x.ndim - 1)), batch)
+    results = []
+    for rows, seq, b in ((2, sequences, batch), (4, padded_seq, padded_batch)):
+        update = make_update_step(
+            graphdef,
+            objective,
+            optax.sgd(1.0),
+            prompt_length=P,
+            mini_batch_size=rows,
+            micro_batch_size=2,
+            donate=False,
+        )
+        results.append(update.step(params, optax.sgd(1.0).init(params), seq, b)[2])
+    plain, padded = results
+    assert float(padded["grad_norm"]) == pytest.approx(float(plain["grad_norm"]) / 2, rel=1e-5)
+    for key in plain:
+        if key not in ("grad_norm", "skipped"):
+            assert float(padded[key]) == pytest.approx(float(plain[key]), rel=1e-5, abs=1e-7), key
+    lp, _ = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=2)(params, padded_seq)
+    np.testing.assert_array_equal(np.asarray(lp[2:]), 0.0)
+
+
 def test_non_finite_gradient_skips_the_update(split_model):
     graphdef, params = split_model
     objective = chain(advantage.grpo(), ratio.vanilla())

@@ -2,12 +2,16 @@
 
 Expected values come from independent computations: greedy continuations from a naive loop that
 reruns the full forward pass of the model on prompt + generated ids at every step (no cache, no
-engine); stop-string cuts from plain string search on the decoded text of an uncut run. The model
+engine); stop-string cuts from plain string search on the decoded text of an uncut run (and, for
+the tail-window check, on every prefix); batched sampling from each request run alone through the
+engine's single-prompt ``prefill`` and ``insert_group`` with the documented keys. The model
 is a tiny random Qwen3 (width 32, 1 layer) over a tiny trained tokenizer (512 ids), initialised
 with a large weight scale so greedy choices are far from ties.
 """
 
 from __future__ import annotations
+
+import random
 
 import jax
 import numpy as np
@@ -17,6 +21,7 @@ from flax import nnx
 from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, Request, SamplingParams, generate
+from arlarena_jax.sampler.driver import cut_at_stop_tail
 from arlarena_jax.tokenization import train_tiny
 
 CORPUS = ["go to shelf 1, take cd 2, use desklamp 1. <think>plan</think><action>up</action>"] * 20
@@ -133,6 +138,149 @@ def test_stop_strings_cut_exactly(engine, tokenizer):
     )[0][0]
     assert kept_out.text == text[:start]
     assert kept_out.token_ids == full.token_ids[:n_cut]
+
+
+# Mixed lengths (both prefill buckets of 8 and 16), groups of 1 to 4, explicit and derived seeds.
+MIXED = [
+    Request([5, 17, 3], n=2, max_new_tokens=8),
+    Request(list(range(100, 113)), n=1, max_new_tokens=5),
+    Request([200, 1, 77, 31], n=4, max_new_tokens=7, seed=11),
+    Request([42] * 10, n=3, max_new_tokens=8),
+    Request([300, 301], n=1, max_new_tokens=3, seed=2**31 + 5),  # past int32: the slow key path
+    Request([9, 8, 7, 6, 5, 4], n=4, max_new_tokens=6),
+    Request(list(range(7, 23)), n=2, max_new_tokens=8),
+    Request([1], n=1, max_new_tokens=4),
+]
+SAMPLED = SamplingParams(temperature=1.0, top_k=50)
+
+
+def engine_with(model, **overrides) -> Engine:
+    config = dict(
+        max_concurrent_decodes=4,
+        max_prefill_length=16,
+        max_decode_length=8,
+        min_prefill_bucket=8,
+        steps_per_call=2,
+    )
+    return Engine(model, EngineConfig(**(config | overrides)), sampling=GREEDY)
+
+
+def one_at_a_time(engine: Engine, requests, seed: int, sampling):
+    """The unbatched semantics, through the engine API: request i alone, prefilled by ``prefill``
+    and put into slots 0..n-1 by ``insert_group`` with keys ``split(fold_in(key(seed), i), n)``
+    (``split(key(request.seed), n)`` where given)."""
+    params = engine.load_params()
+    out = []
+    for i, r in enumerate(requests):
+        base = jax.random.fold_in(jax.random.key(seed), i) if r.seed is None else None
+        keys = jax.random.split(jax.random.key(r.seed) if base is None else base, r.n)
+        padded = np.zeros(engine.bucket_for(len(r.prompt_ids)), np.int32)
+        padded[: len(r.prompt_ids)] = r.prompt_ids
+        prefix = engine.prefill(params, padded, len(r.prompt_ids))
+        state = engine.insert_group(
+            prefix,
+            engine.init_decode_state(),
+            list(range(r.n)),
+            keys,
+            max_new_tokens=r.max_new_tokens,
+            sampling=sampling,
+        )
+        tokens, log_probs = [[] for _ in range(r.n)], [[] for _ in range(r.n)]
+        while True:
+            state, result = engine.generate(params, state, sampling=sampling)
+            t, valid, lp, done = jax.device_get(
+                (result.tokens, result.valid, result.log_probs, result.done)
+            )
+            for m in range(r.n):
+                tokens[m] += t[m][valid[m]].tolist()
+                log_probs[m] += lp[m][valid[m]].tolist()
+            if done[: r.n].all():
+                break
+        out.append((tokens, log_probs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def four_slots(model):
+    """Four slots, prefill buckets 8 and 16, two decode steps per call."""
+    return engine_with(model)
+
+
+def test_batching_does_not_change_samples(model, four_slots):
+    """Same requests and seed, whatever the slot count and prefill batching: the samples of the
+    unbatched engine-API run (tokens identical, log-probs within 1e-5: differently shaped
+    programs round differently)."""
+    expected = one_at_a_time(four_slots, MIXED, 3, SAMPLED)
+    for engine in (
+        four_slots,  # n=4 requests wait for a free engine or fill slots as they free up
+        engine_with(model, max_concurrent_decodes=16),  # all eight in one prefill batch
+        # Prefill batches of one row (bucket 16 only), slots freed at other steps.
+        engine_with(model, min_prefill_bucket=16, steps_per_call=3, prefill_batch_tokens=16),
+    ):
+        results = generate(engine, MIXED, sampling=SAMPLED, seed=3)
+        for i, (completions, (tokens, log_probs)) in enumerate(zip(results, expected, strict=True)):
+            assert [c.token_ids for c in completions] == tokens, (engine.config, i)
+            for c, lp in zip(completions, log_probs, strict=True):
+                np.testing.assert_allclose(c.log_probs, lp, atol=1e-5)
+    # Groups are not copies of one sample (temperature 1 over ~500 ids).
+    assert len({tuple(t) for t in expected[2][0]}) == 4
+
+
+def test_batched_prefill_compilations_are_bounded(four_slots):
+    """Prefill compiles once per (bucket, power-of-two batch), insert per (bucket, batch, padded
+    slot count): here 2 buckets x {1, 2, 4} rows and 2 x 6 (rows <= slots), whatever the load."""
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        requests = [
+            Request(rng.integers(1, 400, int(rng.integers(1, 17))).tolist(), n=int(n))
+            for n in rng.integers(1, 5, 12)
+        ]
+        generate(four_slots, requests, sampling=SAMPLED, seed=int(rng.integers(100)))
+    traces = four_slots.traces
+    assert traces["prefill_batch"] <= 6 and traces["insert_batch"] <= 12, traces
+    assert traces["generate"] == 1, traces
+
+
+def _brute_force_cut(tokens, decode, stops):
+    return next(
+        (n for n in range(1, len(tokens) + 1) if any(s in decode(tokens[:n]) for s in stops)), None
+    )
+
+
+BYTES = [bytes([b]) for b in b"ab<>/x "] + ["é".encode(), "é".encode()[:1], "é".encode()[1:]]
+WORDS = ["a", "b", "<", ">", "/", "x", "", "", "</", "x>", "ab", " "]  # "": skipped special ids
+
+
+@pytest.mark.parametrize(
+    ("decode", "vocab", "stops"),
+    [
+        (
+            lambda ids: b"".join(BYTES[i] for i in ids).decode("utf-8", "replace"),
+            BYTES,
+            ["é>", "</x>"],
+        ),
+        (lambda ids: "".join(WORDS[i] for i in ids), WORDS, ["</x>", "b<a"]),
+    ],
+    ids=["utf8-bytes", "empty-tokens"],
+)
+def test_tail_window_stop_check_equals_full_decode(decode, vocab, stops):
+    """Fed in chunks as the driver does, the tail-window check cuts exactly where searching the
+    full decoded text does (tokens of partial characters or of no text at all included)."""
+    rng = random.Random(0)
+    hits = 0
+    for _ in range(400):
+        weights = [1] * len(vocab)
+        weights[rng.randrange(len(vocab))] = 8  # runs of one token: long empty or byte stretches
+        tokens = rng.choices(range(len(vocab)), weights, k=rng.randrange(1, 60))
+        expected = _brute_force_cut(tokens, decode, stops)
+        seen, checked, cut = [], 0, None
+        while len(seen) < len(tokens) and cut is None:
+            seen += tokens[len(seen) : len(seen) + rng.randrange(1, 9)]
+            cut = cut_at_stop_tail(seen, checked, decode, stops)
+            checked = len(seen)
+        assert cut == expected, (tokens, seen)
+        hits += cut is not None
+    assert 50 < hits < 350  # both outcomes well represented
 
 
 def test_stop_token_ends_the_sample(model):

@@ -325,6 +325,125 @@ def test_group_insert_keys(engine_for):
         np.testing.assert_allclose(lp, log_probs[0], atol=1e-6)  # rows of one batched program
 
 
+# ---- 4b. batched prefill and insert --------------------------------------------------------------
+
+
+def padded_batch(prompts, width: int) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.zeros((len(prompts), width), np.int32)
+    for b, prompt in enumerate(prompts):
+        tokens[b, : len(prompt)] = prompt
+    return tokens, np.array([len(p) for p in prompts], np.int32)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_prefill_batch_rows_equal_single_prefill(engine_for, sampling):
+    engine = engine_for("qwen3")
+    params = engine.load_params()
+    # Four prompts of 3, 13, 7 and 16 tokens in one 16-wide batch; alone, 3 and 7 use bucket 8.
+    tokens, lengths = padded_batch(PROMPTS, 16)
+    keys = jax.random.split(jax.random.key(3), 4)
+    batch = engine.prefill_batch(params, tokens, lengths, keys=keys, sampling=sampling)
+    assert batch.logits.shape == (4, VOCAB) and batch.cache.k[0].shape == (4, 2, 16, 16)
+    for b, prompt in enumerate(PROMPTS):
+        n = len(prompt)
+        single = engine.prefill(params, padded(prompt, engine), n, key=keys[b], sampling=sampling)
+        np.testing.assert_allclose(batch.logits[b], single.logits, atol=1e-5)
+        assert int(batch.token[b]) == int(single.token)
+        np.testing.assert_allclose(batch.log_prob[b], single.log_prob, atol=1e-5)
+        assert int(batch.true_length[b]) == n
+        pairs = zip(batch.cache.k + batch.cache.v, single.cache.k + single.cache.v, strict=True)
+        for ours, theirs in pairs:  # keys and values of every layer, up to the true length
+            np.testing.assert_allclose(ours[b, :, :n], theirs[0, :, :n], atol=1e-5)
+
+
+def test_insert_batch_equals_insert_group(engine_for):
+    """One row into n slots (a GRPO group) is insert_group with the same keys, whether the keys
+    are typed or raw key data and whether the slot count needs padding (3 slots run as 4)."""
+    engine = engine_for("qwen3")
+    params = engine.load_params()
+    prompt = PROMPTS[2]
+    single = engine.prefill(params, padded(prompt, engine), len(prompt))
+    batch = engine.prefill_batch(params, padded(prompt, engine)[None], [len(prompt)])
+    keys = jax.random.split(jax.random.key(5), 4)
+
+    def run(slots, how):
+        k = keys[: len(slots)]
+        state = engine.init_decode_state()
+        if how == "group":
+            state = engine.insert_group(single, state, slots, k, max_new_tokens=8, sampling=SAMPLED)
+        else:
+            k = np.asarray(jax.random.key_data(k)) if how == "raw" else k
+            state = engine.insert_batch(
+                batch, state, slots, [0] * len(slots), k, max_new_tokens=8, sampling=SAMPLED
+            )
+        inserted = jax.device_get(state)
+        return inserted, *collect(engine, params, state, 4, SAMPLED)[:2]
+
+    for slots in ([0, 1, 2, 3], [3, 1, 0]):
+        expected_state, expected, expected_lp = run(slots, "group")
+        for how in ("typed", "raw"):
+            state, tokens, log_probs = run(slots, how)
+            for name in ("lengths", "pending", "generated", "budget", "done"):
+                np.testing.assert_array_equal(getattr(state, name), getattr(expected_state, name))
+            np.testing.assert_allclose(state.pending_log_prob, expected_state.pending_log_prob)
+            np.testing.assert_array_equal(
+                jax.random.key_data(state.keys), jax.random.key_data(expected_state.keys)
+            )
+            for ours, theirs in zip(state.cache.k, expected_state.cache.k, strict=True):
+                np.testing.assert_array_equal(ours[slots], theirs[slots])
+            assert tokens == expected
+            for a, b in zip(log_probs, expected_lp, strict=True):
+                np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_insert_batch_rows_and_groups_decode_like_single_prompts(engine_for, greedy_reference):
+    engine = engine_for("qwen3")
+    params = engine.load_params()
+    expected, expected_lp = greedy_reference["qwen3"]
+    # Four prompts in reversed slots with their own budgets.
+    tokens, lengths = padded_batch(PROMPTS, 16)
+    prefix = engine.prefill_batch(params, tokens, lengths)
+    keys = jax.random.split(jax.random.key(0), 4)
+    state = engine.insert_batch(
+        prefix,
+        engine.init_decode_state(),
+        [3, 2, 1, 0],
+        [0, 1, 2, 3],
+        keys,
+        max_new_tokens=BUDGETS,
+    )
+    out, log_probs, _ = collect(engine, params, state, 4)
+    for row, slot in enumerate([3, 2, 1, 0]):
+        assert out[slot] == expected[row][: BUDGETS[row]], f"row {row}"
+        np.testing.assert_allclose(log_probs[slot], expected_lp[row][: BUDGETS[row]], atol=1e-4)
+    # A group of three samples of prompt 2 and one of prompt 0, in one 8-token batch of two.
+    tokens, lengths = padded_batch([PROMPTS[0], PROMPTS[2]], 8)
+    prefix = engine.prefill_batch(params, tokens, lengths)
+    state = engine.insert_batch(
+        prefix,
+        engine.init_decode_state(),
+        [0, 1, 2, 3],
+        [1, 0, 1, 1],
+        keys,
+        max_new_tokens=[5, 12, 5, 5],
+    )
+    out, _, _ = collect(engine, params, state, 4)
+    assert out == [expected[2][:5], expected[0][:12], expected[2][:5], expected[2][:5]]
+
+
+def test_batched_compilations_are_bounded(models):
+    """prefill_batch compiles per (B, P); insert_batch per (B, P, slot count padded to 2^k)."""
+    engine = Engine(models["qwen3"][1], EngineConfig(**BASE), sampling=GREEDY)
+    params = engine.load_params()
+    state = engine.init_decode_state()
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 4)))
+    for prompts in ([PROMPTS[0], PROMPTS[2]], [[1, 2], [3, 4, 5]]):  # (2, 8) twice
+        prefix = engine.prefill_batch(params, *padded_batch(prompts, 8))
+        for slots in ([0, 1, 2], [0, 1, 2, 3], [2, 3]):  # 3 and 4 slots: one program
+            state = engine.insert_batch(prefix, state, slots, [0] * len(slots), keys[: len(slots)])
+    assert dict(engine.traces) == {"prefill_batch": 1, "insert_batch": 2}
+
+
 # ---- 5. update_params ----------------------------------------------------------------------------
 
 
@@ -452,6 +571,43 @@ def test_engine_errors(engine_for):
         EngineConfig(steps_per_call=0)
     with pytest.raises(ValueError, match="cache_dtype"):
         EngineConfig(cache_dtype="float16")
+
+
+def test_batched_prefill_and_insert_errors(engine_for):
+    engine = engine_for("qwen3")
+    params = engine.load_params()
+    with pytest.raises(ValueError, match=r"padded tokens \[batch, length\], got shape \(8,\)"):
+        engine.prefill_batch(params, np.ones(8, np.int32), [3])
+    with pytest.raises(ValueError, match=r"true_lengths of shape \(3,\) for 2 prompts"):
+        engine.prefill_batch(params, np.ones((2, 8), np.int32), [3, 3, 3])
+    with pytest.raises(ValueError, match=r"true_length 9 of row 1 outside 1\.\.8"):
+        engine.prefill_batch(params, np.ones((2, 8), np.int32), [3, 9])
+    with pytest.raises(ValueError, match=r"true_length 0 of row 0 outside 1\.\.8"):
+        engine.prefill_batch(params, np.ones((2, 8), np.int32), [0, 3])
+    with pytest.raises(ValueError, match="prompt of 32 tokens exceeds max_prefill_length 16"):
+        engine.prefill_batch(params, np.ones((2, 32), np.int32), [3, 3])
+    keys = jax.random.split(jax.random.key(0), 5)
+    with pytest.raises(ValueError, match="prefill_batch got 5 keys for 2 prompts"):
+        engine.prefill_batch(params, np.ones((2, 8), np.int32), [3, 3], keys=keys)
+    prefix = engine.prefill_batch(params, np.ones((2, 8), np.int32), [3, 5])
+    state = engine.init_decode_state()
+    with pytest.raises(ValueError, match="needs a batched prefix"):
+        single = engine.prefill(params, np.ones(8, np.int32), 3)
+        engine.insert_batch(single, state, [0], [0], keys[:1])
+    with pytest.raises(ValueError, match="slot 4 outside"):
+        engine.insert_batch(prefix, state, [0, 1, 2, 3, 4], [0] * 5, keys)
+    with pytest.raises(ValueError, match="distinct"):
+        engine.insert_batch(prefix, state, [1, 1], [0, 1], keys[:2])
+    with pytest.raises(ValueError, match="insert_batch got 1 rows for 2 slots"):
+        engine.insert_batch(prefix, state, [0, 1], [0], keys[:2])
+    with pytest.raises(ValueError, match=r"insert_batch row 2 outside 0\.\.1"):
+        engine.insert_batch(prefix, state, [0, 1], [0, 2], keys[:2])
+    with pytest.raises(ValueError, match="insert_batch got 3 keys for 2 slots"):
+        engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:3])
+    with pytest.raises(ValueError, match="insert_batch got 3 budgets for 2 slots"):
+        engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:2], max_new_tokens=[4, 4, 4])
+    with pytest.raises(ValueError, match=r"max_new_tokens 17 outside 1\.\.max_decode_length 16"):
+        engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:2], max_new_tokens=[4, 17])
 
 
 def test_unshardable_slots_fail_clearly(models):

@@ -88,14 +88,15 @@ def _layer_cached(layer: DecoderLayer, x, cos, sin, k_cache, v_cache, write_at, 
     return x + layer.mlp(layer.post_attention_layernorm(x)), k_cache, v_cache
 
 
-def forward_cached(
+def hidden_cached(
     model: QwenForCausalLM,
     tokens: Array,
     positions: Array,
     cache: KVCache,
     write_at: Array,
 ) -> tuple[Array, KVCache]:
-    """Logits ``[B, T, vocab]`` (float32) of ``tokens`` ``[B, T]`` and the cache with them written.
+    """Final-norm hidden states ``[B, T, H]`` of ``tokens`` ``[B, T]`` and the cache with them
+    written (the body of :func:`forward_cached`, for callers that project only some positions).
 
     ``positions`` ``[B, T]`` are the rotary positions (the count of real tokens before each one);
     ``write_at`` ``[B]`` the cache index of each row's first new token.
@@ -111,4 +112,17 @@ def forward_cached(
         x, k_cache, v_cache = _layer_cached(layer, x, cos, sin, k_cache, v_cache, write_at, allowed)
         ks.append(k_cache)
         vs.append(v_cache)
-    return model.logits(model.model.norm(x)), KVCache(tuple(ks), tuple(vs))
+    return model.model.norm(x), KVCache(tuple(ks), tuple(vs))
+
+
+def forward_cached(
+    model: QwenForCausalLM,
+    tokens: Array,
+    positions: Array,
+    cache: KVCache,
+    write_at: Array,
+) -> tuple[Array, KVCache]:
+    """Logits ``[B, T, vocab]`` (float32) of ``tokens`` ``[B, T]`` and the cache with them written
+    (arguments as :func:`hidden_cached`)."""
+    hidden, cache = hidden_cached(model, tokens, positions, cache, write_at)
+    return model.logits(hidden), cache

@@ -1,29 +1,42 @@
 """In-process continuous batching over an :class:`~arlarena_jax.sampler.engine.Engine`.
 
-Requests wait in a queue. A request is prefilled once (its prompt right-padded to a bucket) and
-its ``n`` samples (a GRPO group) are inserted into free slots: all at once when n slots are free,
-otherwise one by one as slots free up. Slots decode together; a slot is freed as soon as its
-sample ends (a stop token, a stop string, its token budget, or a full cache) and the next waiting
-sample takes it. Each sample comes back with its token ids, per-token behaviour log-probs, text
-and finish reason.
+Requests wait in a queue. Whenever slots are free, the waiting requests whose samples fit in them
+(taken in order: a request never overtakes an earlier one) are prefilled together in one
+:meth:`~Engine.prefill_batch` call and all their samples are placed by one
+:meth:`~Engine.insert_batch` call: the n samples of a request (a GRPO group) are n slots reading
+the same prefill row. The batch is padded to a power of two with 1-token dummy prompts (never
+inserted) and to the prompt bucket of its longest prompt, so prefill compiles at most once per
+(bucket, power of two up to the slot count); ``EngineConfig.prefill_batch_tokens`` caps padded
+batch × bucket. A request with more samples than free slots is prefilled alone and its samples
+take slots as they free up. Slots decode together; a slot is freed as soon as its sample ends (a
+stop token, a stop string, its token budget, or a full cache) and the next waiting sample takes
+it. Each sample comes back with its token ids, per-token behaviour log-probs, text and finish
+reason.
+
+Sample j of request i draws from ``split(fold_in(key(seed), i), n)[j]`` (or ``split(key(
+request.seed), n)[j]``), whatever the slot count or batching, so results do not depend on how
+requests were grouped (up to float rounding of differently shaped programs).
 
 Stop strings are checked on the host after each ``generate`` call. The sample is cut after the
 first token whose text completes a stop string; the text is cut exactly at the end of the stop
 string (``include_stop_string=True``, the default, so the text is what the tokens say) or at its
-start.
+start. Only a tail window of each sample is decoded per call (the new tokens and enough earlier
+text to hold a stop string that ends in them); the exact cut is searched on a hit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import deque
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from arlarena_jax.sampler.engine import Engine
-from arlarena_jax.sampler.sampling import SamplingParams
+from arlarena_jax.sampler.engine import Engine, Prefix
+from arlarena_jax.sampler.sampling import GREEDY, SamplingParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +64,7 @@ class _Sample:
     member: int
     tokens: list[int] = dataclasses.field(default_factory=list)
     log_probs: list[float] = dataclasses.field(default_factory=list)
+    checked: int = 0  # leading tokens already searched for stop strings
 
 
 def _prompt_ids(request: Request, index: int, limit: int, truncate: bool) -> list[int]:
@@ -65,6 +79,11 @@ def _prompt_ids(request: Request, index: int, limit: int, truncate: bool) -> lis
             )
         ids = ids[-limit:]
     return ids
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
 
 
 def find_stop(text: str, stop_strings: Sequence[str]) -> tuple[int, int] | None:
@@ -87,6 +106,81 @@ def cut_at_stop(tokens: list[int], decode, stop_strings: Sequence[str]) -> int |
     return lo
 
 
+# Characters of slack before a tail window's new text: a window that starts inside a multi-byte
+# character decodes its first bytes as replacement characters (at most 3), and a SentencePiece
+# window loses its leading space.
+_WINDOW_SLACK = 4
+
+
+def cut_at_stop_tail(
+    tokens: list[int], checked: int, decode, stop_strings: Sequence[str]
+) -> int | None:
+    """:func:`cut_at_stop` for tokens whose first ``checked`` hold no stop string.
+
+    A stop string completed by the new tokens ``tokens[checked:]`` starts at most its length − 1
+    characters before their text. So only a tail window is decoded: the new tokens and, before
+    them, enough tokens to decode to at least the longest stop string plus a few characters of
+    slack (counted on the decoded text, so tokens that decode to nothing — skipped special tokens,
+    partial characters — only widen the window). A hit in the window is confirmed and located
+    exactly by :func:`cut_at_stop` on the whole sample.
+    """
+    if checked >= len(tokens):
+        return None
+    need = max(map(len, stop_strings)) + _WINDOW_SLACK
+    back = need
+    while True:
+        start = max(0, checked - back)
+        if start == 0 or len(decode(tokens[start:checked])) >= need:
+            break
+        back *= 2
+    if start > 0 and find_stop(decode(tokens[start:]), stop_strings) is None:
+        return None
+    return cut_at_stop(tokens, decode, stop_strings)
+
+
+_INT32 = (-(2**31), 2**31)
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _member_key_data(base_key, indices, seeds, explicit, n: int):
+    """Raw key data ``[R, n, …]``: row r holds ``split(fold_in(base_key, indices[r]), n)``, or
+    ``split(key(seeds[r]), n)`` where ``explicit[r]``."""
+
+    def one(index, seed, own):
+        derived = jax.random.key_data(jax.random.fold_in(base_key, index))
+        given = jax.random.key_data(jax.random.key(seed))
+        key = jax.random.wrap_key_data(jnp.where(own, given, derived))
+        return jax.random.key_data(jax.random.split(key, n))
+
+    return jax.vmap(one)(indices, seeds, explicit)
+
+
+def member_keys(requests: Sequence[Request], seed: int) -> list[np.ndarray]:
+    """Each request's ``n`` sampling keys as host key data ``[n, …]``: ``split(fold_in(key(seed),
+    i), n)`` for request i, or ``split(key(request.seed), n)``. One jitted call per distinct n
+    (requests padded to a power of two), not a dispatch per request."""
+    base_key = jax.random.key(seed)
+    out: list[np.ndarray | None] = [None] * len(requests)
+    by_n: dict[int, list[int]] = {}
+    for i, r in enumerate(requests):
+        if r.seed is not None and not _INT32[0] <= r.seed < _INT32[1]:  # jitted seeds: int32
+            out[i] = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(r.seed), r.n)))
+        else:
+            by_n.setdefault(r.n, []).append(i)
+    for n, members in by_n.items():
+        size = _pow2(len(members))
+        indices, seeds = np.zeros(size, np.int32), np.zeros(size, np.int32)
+        explicit = np.zeros(size, bool)
+        indices[: len(members)] = members
+        for row, i in enumerate(members):
+            if requests[i].seed is not None:
+                seeds[row], explicit[row] = requests[i].seed, True
+        data = np.asarray(_member_key_data(base_key, indices, seeds, explicit, n))
+        for row, i in enumerate(members):
+            out[i] = data[row]
+    return out  # type: ignore[return-value]
+
+
 def generate(
     engine: Engine,
     requests: Sequence[Request],
@@ -104,9 +198,17 @@ def generate(
     if stop_strings and tokenizer is None:
         raise ValueError("stop_strings need a tokenizer to read the generated text")
     slots = engine.max_concurrent_decodes
+    max_decode = engine.config.max_decode_length
+    budgets = []
     for i, r in enumerate(requests):
         if not 1 <= r.n <= slots:
             raise ValueError(f"request {i}: n={r.n} samples, the engine has {slots} slots")
+        budget = max_decode if r.max_new_tokens is None else r.max_new_tokens
+        if not 1 <= budget <= max_decode:
+            raise ValueError(
+                f"request {i}: max_new_tokens {budget} outside 1..max_decode_length {max_decode}"
+            )
+        budgets.append(budget)
     params = engine.load_params() if params is None else params
     prompts = [
         _prompt_ids(r, i, engine.max_prefill_length, truncate_prompts)
@@ -117,13 +219,56 @@ def generate(
         return tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else ""
 
     results: list[list[Completion | None]] = [[None] * r.n for r in requests]
-    base_key = jax.random.key(seed)
+    keys = member_keys(requests, seed) if requests else []
     waiting = deque(range(len(requests)))
-    prefix, members_left, member_keys = None, [], None
+    lone: tuple[Prefix, deque] | None = None  # a request prefilled alone, its members left
     free = deque(range(slots))
     running: dict[int, _Sample] = {}
     state = engine.init_decode_state(seed)
     bar = _progress_bar(sum(r.n for r in requests)) if progress else None
+
+    def prefill(batch: list[int]) -> Prefix:
+        """The batch's prompts in one call: rows padded to a power of two with 1-token dummies,
+        columns to the bucket of the longest prompt. The prefix's own first tokens are unused
+        (insert_batch draws each slot's), so they are drawn greedily: one compilation for every
+        sampling setting."""
+        width = engine.bucket_for(max(len(prompts[i]) for i in batch))
+        tokens = np.zeros((_pow2(len(batch)), width), np.int32)
+        lengths = np.ones(tokens.shape[0], np.int32)
+        for row, i in enumerate(batch):
+            tokens[row, : len(prompts[i])] = prompts[i]
+            lengths[row] = len(prompts[i])
+        return engine.prefill_batch(params, tokens, lengths, sampling=GREEDY)
+
+    def insert(prefix: Prefix, picks: list[tuple[int, int, int]]) -> None:
+        """(prefix row, request, member) per pick, each into the next free slot."""
+        nonlocal state
+        chosen = [free.popleft() for _ in picks]
+        state = engine.insert_batch(
+            prefix,
+            state,
+            chosen,
+            [row for row, _, _ in picks],
+            np.stack([keys[i][m] for _, i, m in picks]),
+            max_new_tokens=[budgets[i] for _, i, _ in picks],
+            sampling=sampling,
+        )
+        for slot, (_, i, m) in zip(chosen, picks, strict=True):
+            running[slot] = _Sample(i, m)
+
+    def next_batch() -> list[int]:
+        """Waiting requests, in order, while their samples fit in the free slots and the padded
+        batch × bucket stays within the engine's prefill_batch_tokens."""
+        batch, samples, longest = [], 0, 0
+        while waiting and samples + requests[waiting[0]].n <= len(free):
+            i = waiting[0]
+            width = engine.bucket_for(max(longest, len(prompts[i])))
+            if batch and _pow2(len(batch) + 1) * width > engine.config.prefill_batch_tokens:
+                break
+            batch.append(waiting.popleft())
+            samples += requests[i].n
+            longest = max(longest, len(prompts[i]))
+        return batch
 
     def finish(slot: int, sample: _Sample, reason: str, text: str | None = None) -> None:
         prompt = prompts[sample.request]
@@ -136,32 +281,20 @@ def generate(
         if bar is not None:
             bar.update(1)
 
-    while waiting or members_left or running:
-        while free and (members_left or waiting):
-            if not members_left:  # prefill the next request
-                index = waiting.popleft()
-                request, ids = requests[index], prompts[index]
-                padded = np.zeros(engine.bucket_for(len(ids)), np.int32)
-                padded[: len(ids)] = ids
-                key = base_key if request.seed is None else jax.random.key(request.seed)
-                key = jax.random.fold_in(key, index) if request.seed is None else key
-                member_keys = jax.random.split(key, request.n)
-                prefix = engine.prefill(params, padded, len(ids), sampling=sampling)
-                members_left = [(index, m) for m in range(request.n)]
-            take = len(members_left) if len(free) >= len(members_left) else 1
-            chosen = [free.popleft() for _ in range(take)]
-            group, members_left = members_left[:take], members_left[take:]
-            budget = requests[group[0][0]].max_new_tokens
-            state = engine.insert_group(
-                prefix,
-                state,
-                chosen,
-                member_keys[group[0][1] : group[-1][1] + 1],  # consecutive members
-                max_new_tokens=budget,
-                sampling=sampling,
-            )
-            for slot, (index, member) in zip(chosen, group, strict=True):
-                running[slot] = _Sample(index, member)
+    while waiting or lone or running:
+        while free and (lone or waiting):
+            if lone is None and requests[waiting[0]].n > len(free):
+                index = waiting.popleft()  # more samples than free slots: fill them as they free
+                members = deque((0, index, m) for m in range(requests[index].n))
+                lone = (prefill([index]), members)
+            if lone is not None:
+                prefix, members = lone
+                insert(prefix, [members.popleft() for _ in range(min(len(free), len(members)))])
+                lone = lone if members else None
+                continue
+            batch = next_batch()
+            picks = [(row, i, m) for row, i in enumerate(batch) for m in range(requests[i].n)]
+            insert(prefill(batch), picks)
         state, result = engine.generate(params, state, sampling=sampling)
         tokens, valid, log_probs, done = jax.device_get(
             (result.tokens, result.valid, result.log_probs, result.done)
@@ -171,7 +304,8 @@ def generate(
             sample.tokens += tokens[slot][keep].tolist()
             sample.log_probs += log_probs[slot][keep].tolist()
             if stop_strings:
-                n_cut = cut_at_stop(sample.tokens, decode, stop_strings)
+                n_cut = cut_at_stop_tail(sample.tokens, sample.checked, decode, stop_strings)
+                sample.checked = len(sample.tokens)
                 if n_cut is not None:
                     del sample.tokens[n_cut:], sample.log_probs[n_cut:]
                     text = decode(sample.tokens)

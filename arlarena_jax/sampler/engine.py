@@ -8,6 +8,13 @@ ResultTokens)`` and the properties ``max_concurrent_decodes``, ``max_prefill_len
 into n slots with one key each (:meth:`Engine.insert_group`), stop token ids, a max new-token
 budget per slot, several decode steps per call and :meth:`Engine.update_params`.
 
+Batched prefill keeps the same prefill-then-insert shape: :meth:`Engine.prefill_batch` runs B
+right-padded prompts ``[B, P]`` in one call and returns a :class:`Prefix` whose fields carry a
+leading batch dimension; :meth:`Engine.insert_batch` then fills any number of slots from its rows
+(slot ``slots[j]`` gets row ``rows[j]``, so a GRPO group of n samples is n slots naming one row),
+each slot drawing its first token with its own key exactly as :meth:`Engine.insert_group` does.
+Host-side arguments are NumPy, never eager device operations: an insert costs one dispatch.
+
 Slot life: ``insert`` copies the prompt's keys/values into the slot's cache rows ``0 … P−1`` and
 leaves a *pending* token (the first sampled one). Each decode step emits every active slot's
 pending token with its log-prob, stops the slot if that token is a stop id or its budget or the
@@ -15,8 +22,10 @@ cache is used up, feeds the token through the model and samples the next pending
 that is done emits nothing (``valid`` False) until something is inserted into it again.
 
 Every function is jitted once per static shape: prefill per prompt bucket, insert per bucket (and
-group size), generate once per sampling setting. Parameters are an argument, never a closure
-constant, so ``update_params`` with the same shapes, dtypes and shardings recompiles nothing.
+group size), prefill_batch per (batch, bucket), insert_batch per (batch, bucket, slot count rounded
+up to a power of two), generate once per sampling setting. Parameters are an argument, never a
+closure constant, so ``update_params`` with the same shapes, dtypes and shardings recompiles
+nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +36,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from arlarena_jax.models.decode import KVCache, empty_cache, forward_cached
+from arlarena_jax.models.decode import KVCache, empty_cache, forward_cached, hidden_cached
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.sharding import check_divisible, parameter_shardings
 from arlarena_jax.sampler.sampling import SamplingParams, sample
@@ -43,13 +53,18 @@ SLOT_SPEC = PartitionSpec(("data", "fsdp"))
 
 
 class Prefix(NamedTuple):
-    """A prefilled prompt: its cache ``[1, kv_heads, P, d]``, last logits and first token."""
+    """A prefilled prompt: its cache ``[1, kv_heads, P, d]``, last logits and first token.
+
+    From :meth:`Engine.prefill_batch` every field has a leading batch dimension B (one row per
+    prompt): cache ``[B, kv_heads, P, d]`` per layer, logits ``[B, vocab]``, token, log_prob and
+    true_length ``[B]``.
+    """
 
     cache: KVCache
-    logits: Array  # [vocab] float32, at the last real prompt token
-    token: Array  # [] int32, sampled from logits
-    log_prob: Array  # [] float32
-    true_length: Array  # [] int32
+    logits: Array  # [vocab] float32, at the last real prompt token ([B, vocab] batched)
+    token: Array  # [] int32, sampled from logits ([B] batched)
+    log_prob: Array  # [] float32 ([B] batched)
+    true_length: Array  # [] int32 ([B] batched)
 
 
 class DecodeState(NamedTuple):
@@ -84,9 +99,14 @@ class EngineConfig:
     steps_per_call: int = 1  # decode steps per generate() call
     cache_dtype: str = "float32"  # or "bfloat16"
     min_prefill_bucket: int = 16
+    # The driver's cap on one prefill_batch: padded prompts × bucket length (a lone prompt always
+    # runs). It bounds prefill activations (attention scores grow with batch × bucket²); on CPU,
+    # 16-32 prompts of 128 tokens ran faster than 128 at once (cache-sized activations).
+    prefill_batch_tokens: int = 4096
 
     def __post_init__(self) -> None:
-        for name in ("max_concurrent_decodes", "max_prefill_length", "max_decode_length"):
+        names = ("max_concurrent_decodes", "max_prefill_length", "max_decode_length")
+        for name in (*names, "prefill_batch_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine {name} must be >= 1, got {getattr(self, name)}")
         if self.steps_per_call < 1:
@@ -138,10 +158,15 @@ class Engine:
             params = jax.tree.map(lambda x: jax.device_put(x, x.sharding), params)
         self.params = params
         self.traces: Counter[str] = Counter()  # how often each function was traced (compiled)
+        self._default_key = jax.random.key(0)  # made once: a key per call is an eager dispatch
         self._prefill = jax.jit(self._prefill_impl, static_argnames=("sampling",))
+        self._prefill_batch = jax.jit(self._prefill_batch_impl, static_argnames=("sampling",))
         self._insert = jax.jit(self._insert_impl, donate_argnums=(1,))
         self._insert_group = jax.jit(
             self._insert_group_impl, static_argnames=("sampling",), donate_argnums=(1,)
+        )
+        self._insert_batch = jax.jit(
+            self._insert_batch_impl, static_argnames=("sampling",), donate_argnums=(1,)
         )
         self._generate = jax.jit(
             self._generate_impl, static_argnames=("sampling",), donate_argnums=(1,)
@@ -239,16 +264,33 @@ class Engine:
     def _model(self, params) -> QwenForCausalLM:
         return nnx.merge(self.graphdef, params)
 
+    def _prefill_rows(self, params, tokens, true_lengths, keys, sampling) -> Prefix:
+        """Right-padded prompts ``[B, P]`` through the model into a fresh ``[B, kv, P, d]`` cache.
+
+        :func:`~arlarena_jax.models.decode.forward_cached` with every row written at index 0,
+        except that only each row's last real position is projected onto the vocabulary (the
+        ``[B, P, vocab]`` logits of every position are never built). Rows are independent: causal
+        attention keeps a row's padding out of its real positions.
+        """
+        model = self._model(params)
+        b, p = tokens.shape
+        cache = empty_cache(self.model_config, b, p, jnp.dtype(self.config.cache_dtype))
+        positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+        hidden, cache = hidden_cached(model, tokens, positions, cache, jnp.zeros(b, jnp.int32))
+        last_hidden = jnp.take_along_axis(hidden, (true_lengths - 1)[:, None, None], axis=1)
+        last = model.logits(last_hidden)[:, 0]  # [B, vocab]
+        token, log_prob = sample(last, keys, sampling)
+        return Prefix(cache, last, token, log_prob, true_lengths)
+
     def _prefill_impl(self, params, tokens, true_length, key, sampling):
         self.traces["prefill"] += 1
-        model = self._model(params)
-        p = tokens.shape[0]
-        cache = empty_cache(self.model_config, 1, p, jnp.dtype(self.config.cache_dtype))
-        positions = jnp.arange(p, dtype=jnp.int32)[None]
-        logits, cache = forward_cached(model, tokens[None], positions, cache, jnp.zeros(1, int))
-        last = jax.lax.dynamic_index_in_dim(logits[0], true_length - 1, keepdims=False)
-        token, log_prob = sample(last[None], key[None], sampling)
-        return Prefix(cache, last, token[0], log_prob[0], true_length.astype(jnp.int32))
+        prefix = self._prefill_rows(params, tokens[None], true_length[None], key[None], sampling)
+        return prefix._replace(
+            logits=prefix.logits[0],
+            token=prefix.token[0],
+            log_prob=prefix.log_prob[0],
+            true_length=prefix.true_length[0],
+        )
 
     def prefill(
         self,
@@ -260,7 +302,7 @@ class Engine:
         sampling: SamplingParams | None = None,
     ) -> Prefix:
         """Run the prompt ``padded_tokens[:true_length]`` (right-padded to a bucket length)."""
-        padded_tokens = jnp.asarray(padded_tokens, jnp.int32)
+        padded_tokens = _int32(padded_tokens)
         if padded_tokens.ndim != 1:
             raise ValueError(f"prefill expects 1-D padded tokens, got shape {padded_tokens.shape}")
         if not 1 <= true_length <= padded_tokens.shape[0]:
@@ -268,9 +310,59 @@ class Engine:
                 f"prefill true_length {true_length} outside 1..{padded_tokens.shape[0]}"
             )
         self.bucket_for(padded_tokens.shape[0])  # length check with a clear error
-        key = jax.random.key(0) if key is None else key
+        key = self._default_key if key is None else key
         return self._prefill(
-            params, padded_tokens, jnp.int32(true_length), key, sampling=sampling or self.sampling
+            params, padded_tokens, np.int32(true_length), key, sampling=sampling or self.sampling
+        )
+
+    def _prefill_batch_impl(self, params, tokens, true_lengths, keys, sampling):
+        self.traces["prefill_batch"] += 1
+        if keys.ndim == 0:  # one key for every row
+            keys = jnp.broadcast_to(keys, tokens.shape[:1])
+        return self._prefill_rows(params, tokens, true_lengths, keys, sampling)
+
+    def prefill_batch(
+        self,
+        params,
+        padded_tokens,
+        true_lengths,
+        *,
+        keys: Array | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> Prefix:
+        """Prefill B prompts at once: row b is ``padded_tokens[b, :true_lengths[b]]``, right-padded
+        to a common length P (a bucket, at most ``max_prefill_length``).
+
+        Returns a batched :class:`Prefix` (cache ``[B, kv_heads, P, d]`` per layer, logits
+        ``[B, vocab]`` at each row's last real token, token / log_prob / true_length ``[B]``). Rows
+        are independent: row b equals ``prefill(padded_tokens[b], true_lengths[b])``. Each row's
+        token is drawn with ``keys[b]`` (default: the key :meth:`prefill` uses, for every row);
+        :meth:`insert_batch` draws its slots' first tokens itself. Compiles once per (B, P).
+        """
+        tokens = _int32(padded_tokens)
+        if tokens.ndim != 2 or 0 in tokens.shape:
+            raise ValueError(
+                f"prefill_batch expects padded tokens [batch, length], got shape {tokens.shape}"
+            )
+        b, p = tokens.shape
+        lengths = np.asarray(true_lengths, np.int32)
+        if lengths.shape != (b,):
+            raise ValueError(
+                f"prefill_batch got true_lengths of shape {lengths.shape} for {b} prompts"
+            )
+        bad = np.flatnonzero((lengths < 1) | (lengths > p))
+        if bad.size:
+            row = int(bad[0])
+            raise ValueError(
+                f"prefill_batch true_length {lengths[row]} of row {row} outside 1..{p}"
+            )
+        self.bucket_for(p)  # length check with a clear error
+        if keys is None:
+            keys = self._default_key
+        elif keys.shape != (b,):
+            raise ValueError(f"prefill_batch got {keys.shape[0]} keys for {b} prompts")
+        return self._prefill_batch(
+            params, tokens, lengths, keys, sampling=sampling or self.sampling
         )
 
     # ---- insert -------------------------------------------------------------------------------
@@ -313,12 +405,18 @@ class Engine:
         ``key`` (optional) reseeds the slot's sampling stream."""
         self._check_slot(slot)
         budget = self._budget(max_new_tokens)
-        return self._insert(prefix, decode_state, jnp.int32(slot), budget, key)
+        return self._insert(prefix, decode_state, np.int32(slot), budget, key)
+
+    @staticmethod
+    def _split_first(keys: Array) -> tuple[Array, Array]:
+        """Each slot key → (its first-token key, the slot's stream key)."""
+        first_keys, slot_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+        return first_keys, slot_keys
 
     def _insert_group_impl(self, prefix: Prefix, state: DecodeState, slots, keys, budget, sampling):
         self.traces["insert_group"] += 1
         n = slots.shape[0]
-        first_keys, slot_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+        first_keys, slot_keys = self._split_first(keys)
         tokens, log_probs = sample(
             jnp.broadcast_to(prefix.logits, (n, prefix.logits.shape[-1])), first_keys, sampling
         )
@@ -345,33 +443,126 @@ class Engine:
     ) -> DecodeState:
         """One prefill into ``len(slots)`` slots (a GRPO group); slot i samples its first token
         and everything after it with ``keys[i]`` (equal keys give identical samples)."""
-        for slot in slots:
-            self._check_slot(int(slot))
-        if len(set(map(int, slots))) != len(slots):
-            raise ValueError(f"insert_group slots must be distinct, got {list(slots)}")
+        slots = self._check_slots("insert_group", slots)
         if keys.shape[0] != len(slots):
             raise ValueError(f"insert_group got {keys.shape[0]} keys for {len(slots)} slots")
         return self._insert_group(
             prefix,
             decode_state,
-            jnp.asarray(slots, jnp.int32),
+            slots,
             keys,
             self._budget(max_new_tokens),
             sampling=sampling or self.sampling,
+        )
+
+    def _insert_batch_impl(
+        self, prefix: Prefix, state: DecodeState, slots, rows, keys, budget, sampling
+    ):
+        self.traces["insert_batch"] += 1
+        if not jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
+            keys = jax.random.wrap_key_data(keys)  # raw key data from the host
+        first_keys, slot_keys = self._split_first(keys)
+        tokens, log_probs = sample(prefix.logits[rows], first_keys, sampling)
+
+        def put(c, p):  # c [slots, kv, L, d], p [B, kv, P, d]; padding slots are out of range
+            return c.at[slots, :, : p.shape[2]].set(p[rows].astype(c.dtype), mode="drop")
+
+        def set_(x, values):
+            return x.at[slots].set(values, mode="drop")
+
+        cache = KVCache(
+            tuple(put(c, p) for c, p in zip(state.cache.k, prefix.cache.k, strict=True)),
+            tuple(put(c, p) for c, p in zip(state.cache.v, prefix.cache.v, strict=True)),
+        )
+        return state._replace(
+            cache=cache,
+            lengths=set_(state.lengths, prefix.true_length[rows]),
+            pending=set_(state.pending, tokens),
+            pending_log_prob=set_(state.pending_log_prob, log_probs),
+            generated=set_(state.generated, 0),
+            budget=set_(state.budget, budget),
+            done=set_(state.done, False),
+            keys=set_(state.keys, slot_keys),
+        )
+
+    def insert_batch(
+        self,
+        prefix: Prefix,
+        decode_state: DecodeState,
+        slots,
+        rows,
+        keys,
+        *,
+        max_new_tokens=None,
+        sampling: SamplingParams | None = None,
+    ) -> DecodeState:
+        """Fill ``len(slots)`` slots from a :meth:`prefill_batch` prefix: slot ``slots[j]`` gets
+        row ``rows[j]`` (n slots naming one row: a GRPO group) and samples its first token and
+        everything after it with ``keys[j]``, exactly as :meth:`insert_group` does.
+
+        ``keys`` are PRNG keys ``[S]`` or their raw ``jax.random.key_data`` (a NumPy array costs
+        no device dispatch); ``max_new_tokens`` is one budget or one per slot. The slot count is
+        padded to a power of two (the padding writes nothing), so this compiles once per (B, P,
+        padded S).
+        """
+        if prefix.logits.ndim != 2:
+            raise ValueError("insert_batch needs a batched prefix (from prefill_batch)")
+        batch = prefix.logits.shape[0]
+        slots = self._check_slots("insert_batch", slots)
+        s = slots.shape[0]
+        rows = np.asarray(rows, np.int32)
+        if rows.shape != (s,):
+            raise ValueError(f"insert_batch got {rows.size} rows for {s} slots")
+        bad = np.flatnonzero((rows < 0) | (rows >= batch))
+        if bad.size:
+            raise ValueError(f"insert_batch row {rows[bad[0]]} outside 0..{batch - 1}")
+        if keys.shape[0] != s:
+            raise ValueError(f"insert_batch got {keys.shape[0]} keys for {s} slots")
+        if max_new_tokens is None or np.ndim(max_new_tokens) == 0:
+            budget = np.full(s, self._budget(max_new_tokens), np.int32)
+        else:
+            budget = np.asarray(max_new_tokens, np.int32)
+            if budget.shape != (s,):
+                raise ValueError(f"insert_batch got {budget.size} budgets for {s} slots")
+            for b in np.unique(budget):
+                self._budget(int(b))
+        pad = _pow2(s) - s
+        if pad:  # padding slots index past the last slot: their scatters are dropped
+            past = np.full(pad, self.config.max_concurrent_decodes, np.int32)
+            slots = np.concatenate([slots, past])
+            rows = np.concatenate([rows, np.zeros(pad, np.int32)])
+            budget = np.concatenate([budget, np.ones(pad, np.int32)])
+            if isinstance(keys, np.ndarray):
+                keys = np.concatenate([keys, np.repeat(keys[:1], pad, axis=0)])
+            else:
+                keys = keys[np.concatenate([np.arange(s), np.zeros(pad, int)])]
+        return self._insert_batch(
+            prefix, decode_state, slots, rows, keys, budget, sampling=sampling or self.sampling
         )
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.config.max_concurrent_decodes:
             raise ValueError(f"slot {slot} outside 0..{self.config.max_concurrent_decodes - 1}")
 
-    def _budget(self, max_new_tokens) -> Array:
+    def _check_slots(self, name: str, slots) -> np.ndarray:
+        """Slots as int32 NumPy after range and distinctness checks."""
+        slots = np.asarray(slots, np.int32).reshape(-1)
+        for slot in slots:
+            self._check_slot(int(slot))
+        if slots.size == 0:
+            raise ValueError(f"{name} needs at least one slot")
+        if np.unique(slots).size != slots.size:
+            raise ValueError(f"{name} slots must be distinct, got {slots.tolist()}")
+        return slots
+
+    def _budget(self, max_new_tokens) -> np.int32:
         budget = self.config.max_decode_length if max_new_tokens is None else max_new_tokens
         if not 1 <= budget <= self.config.max_decode_length:
             raise ValueError(
                 f"max_new_tokens {budget} outside 1..max_decode_length "
                 f"{self.config.max_decode_length}"
             )
-        return jnp.int32(budget)
+        return np.int32(budget)
 
     # ---- generate ----------------------------------------------------------------------------
     def _decode_step(self, model, state: DecodeState, sampling: SamplingParams):
@@ -424,3 +615,15 @@ class Engine:
     ) -> tuple[DecodeState, ResultTokens]:
         """Run ``steps_per_call`` decode steps over all slots."""
         return self._generate(params, decode_state, sampling=sampling or self.sampling)
+
+
+def _int32(x):
+    """Token ids for a jitted call: a device array as it is, anything else as int32 NumPy."""
+    if isinstance(x, jax.Array):
+        return x if x.dtype == jnp.int32 else x.astype(jnp.int32)
+    return np.asarray(x, np.int32)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()

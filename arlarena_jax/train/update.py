@@ -5,7 +5,9 @@ Order of spec algorithms §1 ("update structure"):
 1. the batch of N turn rows is split sequentially, without shuffling, into mini-batches of
    ``mini_batch_size`` rows; each mini-batch into micro-batches of ``micro_batch_size``;
 2. each micro-batch loss is ``Objective.loss`` (its aggregation) × 1/grad_accum, grad_accum =
-   mini / micro; gradients are summed over the micro-batches (a ``lax.scan``);
+   mini / micro; gradients are summed over the micro-batches (a ``lax.scan``); a micro-batch of
+   padding rows only is skipped (a ``lax.cond``: no compute, no gradient, left out of the
+   metrics), so rounding a batch up to whole mini-batches costs memory, not time;
 3. the global gradient norm (before clipping) is reported; a non-finite norm skips the update
    (parameters and optimizer state unchanged, ``skipped`` = 1), otherwise the optimizer (clipping
    and AdamW, from ``arlarena_jax.train.optim``) takes one step per mini-batch;
@@ -41,17 +43,20 @@ def needs_reference(objective: Objective) -> bool:
     return any(name.startswith("kl") for name in names)
 
 
-def reduce_metrics(stacked: dict[str, Array]) -> dict[str, Array]:
+def reduce_metrics(stacked: dict[str, Array], valid: Array | None = None) -> dict[str, Array]:
     """Collapse a leading micro-batch axis: max for keys containing "max", min for "min", else
-    the mean (spec algorithms §10)."""
+    the mean (spec algorithms §10). ``valid`` [K] (optional) leaves out micro-batches that held
+    only padding rows; with none valid every value is 0."""
     out = {}
     for key, value in stacked.items():
+        w = jnp.ones(value.shape[:1], bool) if valid is None else valid
+        w = w.reshape(w.shape + (1,) * (value.ndim - 1))
         if "max" in key:
-            out[key] = jnp.max(value, axis=0)
+            out[key] = jnp.where(jnp.any(w, 0), jnp.max(jnp.where(w, value, -jnp.inf), 0), 0.0)
         elif "min" in key:
-            out[key] = jnp.min(value, axis=0)
+            out[key] = jnp.where(jnp.any(w, 0), jnp.min(jnp.where(w, value, jnp.inf), 0), 0.0)
         else:
-            out[key] = jnp.mean(value, axis=0)
+            out[key] = jnp.sum(jnp.where(w, value, 0.0), 0) / jnp.maximum(jnp.sum(w, 0), 1)
     return out
 
 
@@ -64,14 +69,22 @@ def make_log_prob_fn(
     chunk_size: int = 128,
 ) -> Callable[[Any, Sequences], tuple[Array, Array]]:
     """A jitted ``fn(params, sequences) -> (log_probs, entropy)`` ``[N, T]`` over micro-batches of
-    ``micro_batch_size`` rows (a ``lax.map``, so peak memory is one micro-batch's)."""
+    ``micro_batch_size`` rows (a ``lax.map``, so peak memory is one micro-batch's). A micro-batch
+    of padding rows only (no attended token) is not run: its values are 0."""
 
-    def one(params, ids, mask):
+    def run(params, ids, mask):
         model = nnx.merge(graphdef, params)
         stats = response_log_probs(
             model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
         )
         return stats.log_probs, stats.entropy
+
+    def one(params, ids, mask):
+        def padding(params, ids, mask):
+            shapes = jax.eval_shape(run, params, ids, mask)
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        return jax.lax.cond(jnp.any(mask > 0), run, padding, params, ids, mask)
 
     @jax.jit
     def fn(params, sequences: Sequences) -> tuple[Array, Array]:
@@ -139,13 +152,22 @@ def make_update_step(
 
         micro = jax.tree.map(split, (sequences.input_ids, sequences.attention_mask, batch))
 
-        def body(acc, data):
+        def compute(data):
             (_, metrics), grads = grad_fn(params, *data)
-            return jax.tree.map(jnp.add, acc, grads), metrics
+            return grads, metrics
+
+        def padding(data):  # a micro-batch of padding rows only: no work, no gradient
+            shapes = jax.eval_shape(compute, data)
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(acc, data):
+            real = jnp.any(data[2].row_mask > 0)
+            grads, metrics = jax.lax.cond(real, compute, padding, data)
+            return jax.tree.map(jnp.add, acc, grads), (metrics, real)
 
         zeros = jax.tree.map(jnp.zeros_like, params)
-        grads, stacked = jax.lax.scan(body, zeros, micro)
-        metrics = reduce_metrics(stacked)
+        grads, (stacked, real) = jax.lax.scan(body, zeros, micro)
+        metrics = reduce_metrics(stacked, real)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(grad_norm)
         safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
