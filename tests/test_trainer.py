@@ -36,6 +36,7 @@ SMALL = [
     "env.max_turns=3",
     "trainer.save_every=1",
     "trainer.eval_every=2",
+    "trainer.export_hf=false",
 ]
 
 
@@ -58,6 +59,13 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
     for row in summary.history:
         for key in ("actor/pg_loss", "actor/grad_norm", "episode/success_rate", "timing/rollout"):
             assert math.isfinite(row[key]), key
+        parts = ("rollout/env", "rollout/policy", "update/log_probs")
+        assert all(row[f"timing/{p}"] >= 0 for p in parts)
+        assert row["timing/rollout/env"] + row["timing/rollout/policy"] == pytest.approx(
+            row["timing/rollout"]
+        )
+        top = ("rollout", "update", "sync")
+        assert row["timing/total"] == pytest.approx(sum(row[f"timing/{k}"] for k in top))
     scalars = read_scalars(directory / "tensorboard")
     assert [s for s, _ in scalars["actor/pg_loss"]] == [1, 2, 3]
     assert "sft/loss" in scalars and "val/success_rate" in scalars
@@ -81,6 +89,19 @@ def test_resume_equals_the_uninterrupted_run(uninterrupted, tmp_path):
             assert value == expected[key], key
         elif key.startswith(("actor/", "critic/")):  # float32 sums of another compilation
             assert value == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_run_sharded_over_a_mesh_matches_the_single_device_run(uninterrupted, tmp_path):
+    """Model, optimizer state, sampler cache and update rows split over 8 simulated devices
+    (data 2 × fsdp 2 × tensor 2): step 1 sees the same rollout and nearly the same update."""
+    _, full = uninterrupted
+    sharded = run(tmp_path, 1, "mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2")
+    expected = full.history[0]
+    for key, value in sharded.history[0].items():
+        if key.startswith(("episode/", "batch/")):
+            assert value == expected[key], key
+        elif key.startswith(("actor/", "critic/")):  # float32 sums in another order
+            assert value == pytest.approx(expected[key], rel=1e-3, abs=1e-5), key
 
 
 def test_cli_rejects_a_bad_override_in_one_line(capsys):

@@ -10,6 +10,7 @@ otherwise :func:`shard_model` fails with one line naming the parameter.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import jax
 import numpy as np
@@ -88,6 +89,45 @@ def parameter_shardings(model: nnx.Module, mesh: Mesh):
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(sharding, state)
+
+
+def tree_shardings(tree: Any, mesh: Mesh) -> Any:
+    """``NamedSharding`` per leaf of a parameter-shaped tree (parameters, optimizer state) by the
+    rules on the leaf's dotted path: optimizer moments inherit their parameter's layout; counts
+    and hyperparameters (0-d) are replicated."""
+
+    def sharding(path, leaf):
+        name = _path_name(path)
+        spec = parameter_spec(name) if np.ndim(leaf) else PartitionSpec()
+        check_divisible(name, tuple(np.shape(leaf)), spec, mesh)
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(sharding, tree)
+
+
+def put_rows(tree: Any, mesh: Mesh) -> Any:
+    """Host arrays ``[N, ...]`` as global arrays with rows split over ``data`` × ``fsdp``.
+
+    Every process passes the same full arrays (each keeps only its devices' rows), so this is
+    the multi-process-safe way to feed a batch to a function jitted over the mesh. N must be a
+    multiple of the data × fsdp size.
+    """
+    sharding = NamedSharding(mesh, BATCH)
+
+    def put(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(put, tree)
+
+
+def to_host(tree: Any) -> Any:
+    """NumPy copies of (possibly multi-process) arrays: all of each array on every process."""
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:

@@ -50,7 +50,7 @@ def eval_command(args: argparse.Namespace) -> int:
     config = _config(args)
     from arlarena_jax.train import build
     from arlarena_jax.train.evaluate import evaluate
-    from arlarena_jax.train.loop import eval_seeds, restore_latest
+    from arlarena_jax.train.loop import eval_policy, eval_seeds, restore_latest
 
     tokenizer = build.build_tokenizer(config)
     mesh = build.build_mesh(config)
@@ -61,7 +61,7 @@ def eval_command(args: argparse.Namespace) -> int:
     metrics, _ = evaluate(
         envs,
         build.task_format(config),
-        policy,
+        eval_policy(policy, config),
         seeds=eval_seeds(config),
         max_turns=config.env.max_turns,
         history_length=config.env.history_length,

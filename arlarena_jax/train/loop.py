@@ -33,12 +33,13 @@ from flax import nnx
 
 from arlarena_jax.models import save_pretrained
 from arlarena_jax.rollout.metrics import rollout_metrics
+from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstract_like
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.config_io import dump_config
 from arlarena_jax.train.evaluate import evaluate
-from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, Timer
+from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
 from arlarena_jax.train.rl import UpdateSetup, cached, collect_batch, update_policy
@@ -68,6 +69,13 @@ class Summary:
 def eval_seeds(config: Config) -> list[int]:
     start = build.EVAL_SEED_BASE + config.env.eval_seed
     return list(range(start, start + config.trainer.eval_episodes))
+
+
+def eval_policy(policy: SamplerPolicy, config: Config) -> SamplerPolicy:
+    """The evaluation copy of the policy: its own seed stream from call 0, so evaluation never
+    shifts the training rollouts' seeds (a resumed run matches an uninterrupted one), equal
+    parameters score equally, and ``arlarena eval`` reproduces the trainer's numbers."""
+    return dataclasses.replace(policy, seed=config.trainer.seed + 1, calls=0)
 
 
 def _monitor(config: Config) -> StabilityMonitor:
@@ -223,14 +231,11 @@ def train(config: Config, *, console: bool = True) -> Summary:
         success_after_cloning = host["sft_success"]
 
     def run_eval(step: int, write: bool = True) -> dict[str, float]:
-        # Its own seed stream from call 0: evaluation never shifts the training rollouts' seeds
-        # (so a resumed run matches an uninterrupted one) and equal parameters score equally.
         engine.update_params(state["params"])
-        eval_policy = dataclasses.replace(policy, seed=t.seed + 1, calls=0)
         metrics, _ = evaluate(
             eval_envs,
             fmt,
-            eval_policy,
+            eval_policy(policy, config),
             seeds=eval_seeds(config),
             max_turns=config.env.max_turns,
             history_length=config.env.history_length,
@@ -257,6 +262,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
                 mini_batch_size=t.mini_batch_size,
                 micro_batch_size=t.micro_batch_size,
                 temperature=train_temperature,
+                mesh=mesh,
             )
         ),
         cached(
@@ -265,6 +271,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
                 prompt_length=width,
                 micro_batch_size=t.micro_batch_size,
                 temperature=train_temperature,
+                mesh=mesh,
             )
         ),
         make_prepare_fn(objective),
@@ -272,8 +279,12 @@ def train(config: Config, *, console: bool = True) -> Summary:
         config.sampler.max_new_tokens,
         pad_id=int(tokenizer.pad_token_id or 0),
         ppo_epochs=t.ppo_epochs,
+        mesh=mesh,
     )
-    envs = build.make_envs(config, config.env.train_batch_size * config.env.group_size)
+    timer = Timer()
+    envs = TimedEnvBatch(
+        build.make_envs(config, config.env.train_batch_size * config.env.group_size), timer
+    )
     if resume_step is None and t.total_steps > 0 and config.monitor.rollback:
         # The cloned policy: the first rollback target.
         checkpointer.save(0, state, host, force=True, good=monitor.mark_checkpoint(0))
@@ -284,7 +295,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
     with PreemptionGuard() as guard:
         while step < t.total_steps and not guard.requested:
             step += 1
-            timer = Timer()
+            timer.reset()
             with timer("rollout"):
                 rollout, last, tries = collect_batch(
                     envs,
@@ -306,11 +317,14 @@ def train(config: Config, *, console: bool = True) -> Summary:
                     rollout,
                     mini_batch_size=t.mini_batch_size,
                     ref_params=state.get("ref_params"),
+                    timer=timer,
                 )
                 metrics["actor/lr"] = float(current_learning_rate(opt_state))
                 state.update(params=params, opt_state=opt_state, objective_state=objective_state)
             with timer("sync"):
                 engine.update_params(params)
+            seconds = timer.seconds  # the rollout's non-environment part: prompts, sampling
+            seconds["rollout/policy"] = seconds["rollout"] - seconds["rollout/env"]
             metrics |= rollout_metrics(last) | timer.metrics()
             metrics["batch/gen_tries"] = float(tries)
             metrics["perf/response_tokens_per_s"] = metrics["batch/response_tokens"] / max(
@@ -336,12 +350,12 @@ def train(config: Config, *, console: bool = True) -> Summary:
     if step == 0 and resume_step is None and 0 not in checkpointer.all_steps():
         checkpointer.save(0, state, host, force=True)  # cloning only: keep the cloned policy
     checkpointer.wait()
-    if step >= t.total_steps:
+    if step >= t.total_steps and t.total_steps > 0:
         final_success = run_eval(step)["val/success_rate"]
-        if t.export_hf:
-            nnx.update(model, state["params"])
-            save_pretrained(model, run_dir / "hf")
-            tokenizer.save_pretrained(run_dir / "hf")
+    if step >= t.total_steps and t.export_hf:
+        nnx.update(model, state["params"])
+        save_pretrained(model, run_dir / "hf")
+        tokenizer.save_pretrained(run_dir / "hf")
     writer.close()
     checkpointer.close()
     return Summary(

@@ -13,6 +13,7 @@ back without TensorFlow or TensorBoard.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import struct
@@ -130,8 +131,10 @@ def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 class Timer:
     """Timing splits: ``with timer("rollout"): …`` adds the block's seconds to ``rollout``.
 
-    JAX dispatches asynchronously: end a timed block with ``jax.block_until_ready`` on its
-    outputs, or the time lands in whichever later block waits for them."""
+    A name with a slash (``rollout/env``) is a part of the split before the slash, counted in it
+    already, so ``timing/total`` sums only the names without one. JAX dispatches asynchronously:
+    end a timed block with ``jax.block_until_ready`` on its outputs, or the time lands in
+    whichever later block waits for them."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -145,18 +148,45 @@ class Timer:
             self.seconds[name] += time.perf_counter() - start
 
     def metrics(self, prefix: str = "timing/") -> dict[str, float]:
-        """``{"timing/<name>": seconds}`` plus ``timing/total`` (the sum of the splits)."""
+        """``{"timing/<name>": seconds}`` plus ``timing/total`` (the sum of the top-level
+        splits)."""
         out = {f"{prefix}{name}": s for name, s in self.seconds.items()}
-        out[f"{prefix}total"] = sum(self.seconds.values())
+        out[f"{prefix}total"] = sum(s for name, s in self.seconds.items() if "/" not in name)
         return out
 
     def throughput(self, count: float, name: str | None = None) -> float:
         """``count`` per second of split ``name`` (default: all splits together)."""
-        seconds = self.seconds.get(name, 0.0) if name else sum(self.seconds.values())
+        top = sum(s for n, s in self.seconds.items() if "/" not in n)
+        seconds = self.seconds.get(name, 0.0) if name else top
         return count / seconds if seconds > 0 else 0.0
 
     def reset(self) -> None:
         self.seconds.clear()
+
+
+@dataclasses.dataclass
+class TimedEnvBatch:
+    """An :class:`~envs.base.EnvBatch` whose ``reset`` and ``step`` seconds go to ``timer`` under
+    ``name`` (the environment's share of a rollout)."""
+
+    envs: Any
+    timer: Timer
+    name: str = "rollout/env"
+
+    @property
+    def num_envs(self) -> int:
+        return self.envs.num_envs
+
+    def reset(self, seeds):
+        with self.timer(self.name):
+            return self.envs.reset(seeds)
+
+    def step(self, actions):
+        with self.timer(self.name):
+            return self.envs.step(actions)
+
+    def close(self) -> None:
+        self.envs.close()
 
 
 def throughput_metrics(counts: Mapping[str, float], seconds: float) -> dict[str, float]:

@@ -16,12 +16,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
+from arlarena_jax.models.sharding import put_rows, to_host
 from arlarena_jax.objectives import dynamic_sampling
 from arlarena_jax.objectives.compose import Objective
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.policy import Policy
 from arlarena_jax.rollout.prompts import TaskFormat
+from arlarena_jax.train.metrics import Timer
 from arlarena_jax.train.sequences import bucket_length, rollout_batch
 from arlarena_jax.train.update import UpdateStep, reduce_metrics, run_update
 from envs.base import EnvBatch
@@ -43,6 +46,7 @@ class UpdateSetup:
     response_length: int
     pad_id: int = 0
     ppo_epochs: int = 1
+    mesh: Mesh | None = None  # the functions are jitted over it: rows go through put_rows
 
 
 def cached(factory: Callable[[int], Any]) -> Callable[[int], Any]:
@@ -143,9 +147,12 @@ def update_policy(
     *,
     mini_batch_size: int,
     ref_params: Any | None = None,
+    timer: Timer | None = None,
 ) -> tuple[Any, Any, dict, dict[str, float]]:
     """Batch the rollout, recompute old (and reference) log-probs, prepare advantages, and run
-    every mini-batch step. Returns new params, optimizer state, objective state and metrics."""
+    every mini-batch step. Returns new params, optimizer state, objective state and metrics;
+    ``timer`` (optional) gets the log-prob passes as ``update/log_probs``."""
+    timer = Timer() if timer is None else timer
     longest_prompt = max((len(r.prompt_ids) for r in rollout.rows), default=1)
     longest_response = max((len(r.response_ids) for r in rollout.rows), default=1)
     prompt_length = min(bucket_length(longest_prompt), setup.prompt_length)
@@ -159,15 +166,22 @@ def update_policy(
         pad_id=setup.pad_id,
         similarity_threshold=setup.objective.anchor_similarity,
     )
+    if setup.mesh is None:
+        place, host = None, lambda tree: tree
+    else:  # multi-process safe: every process holds the whole host batch
+        place, host = functools.partial(put_rows, mesh=setup.mesh), to_host
+        sequences = jax.tree.map(np.asarray, sequences)
+    on_device = sequences if place is None else place(sequences)
     mask = batch.response_mask
-    old_lp, old_entropy = log_probs(params, sequences)
-    batch = batch._replace(old_log_probs=old_lp * mask, old_entropy=old_entropy * mask)
-    if ref_params is not None:
-        ref_lp, _ = log_probs(ref_params, sequences)
-        batch = batch._replace(ref_log_probs=ref_lp * mask)
+    with timer("update/log_probs"):
+        old_lp, old_entropy = jax.block_until_ready(host(log_probs(params, on_device)))
+        batch = batch._replace(old_log_probs=old_lp * mask, old_entropy=old_entropy * mask)
+        if ref_params is not None:
+            ref_lp, _ = jax.block_until_ready(host(log_probs(ref_params, on_device)))
+            batch = batch._replace(ref_log_probs=ref_lp * mask)
     batch, objective_state, prepare_metrics = setup.prepare(batch, objective_state)
     params, opt_state, history = run_update(
-        update, params, opt_state, sequences, batch, ppo_epochs=setup.ppo_epochs
+        update, params, opt_state, sequences, batch, ppo_epochs=setup.ppo_epochs, place=place
     )
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *history)
     metrics = {f"actor/{k}": float(v) for k, v in reduce_metrics(stacked).items()}

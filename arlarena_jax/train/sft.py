@@ -39,7 +39,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from arlarena_jax.models.logprobs import token_log_probs
-from arlarena_jax.models.sharding import BATCH, _path_name, check_divisible, parameter_spec
+from arlarena_jax.models.sharding import BATCH, tree_shardings
 from arlarena_jax.rollout.policy import chat_prompt_ids
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
 
@@ -165,19 +165,6 @@ def nll_sums(
     stats = token_log_probs(model, batch.input_ids, batch.attention_mask, chunk_size=chunk_size)
     mask = batch.loss_mask.astype(jnp.float32)
     return -jnp.sum(stats.log_probs * mask), jnp.sum(mask)
-
-
-def tree_shardings(tree: Any, mesh: Mesh) -> Any:
-    """``NamedSharding`` per leaf by the parameter rules on the leaf's dotted path (optimizer
-    moments inherit their parameter's layout; counts and hyperparameters are replicated)."""
-
-    def sharding(path, leaf):
-        name = _path_name(path)
-        spec = parameter_spec(name) if np.ndim(leaf) else PartitionSpec()
-        check_divisible(name, tuple(np.shape(leaf)), spec, mesh)
-        return NamedSharding(mesh, spec)
-
-    return jax.tree_util.tree_map_with_path(sharding, tree)
 
 
 def make_sft_step(

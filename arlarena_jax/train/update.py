@@ -28,8 +28,10 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from arlarena_jax.models.logprobs import response_log_probs
+from arlarena_jax.models.sharding import BATCH, tree_shardings
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Objective
 from arlarena_jax.train.sequences import Sequences
@@ -60,6 +62,37 @@ def reduce_metrics(stacked: dict[str, Array], valid: Array | None = None) -> dic
     return out
 
 
+def mesh_jit(
+    fn: Callable, mesh: Mesh | None, *, state_args: int, row_outputs: bool, donate: bool = False
+) -> Callable:
+    """``jax.jit(fn)``; with ``mesh``, in/out shardings over it, derived from the first call's
+    trees (so it compiles on that call). The first ``state_args`` arguments (parameters,
+    optimizer state) follow the partition rules; the other arguments are row batches split over
+    ``data`` × ``fsdp``. Outputs: rows split the same way (``row_outputs``), or the state
+    arguments' shardings followed by replicated metrics."""
+    donate_argnums = tuple(range(state_args)) if donate else ()
+    if mesh is None:
+        return jax.jit(fn, donate_argnums=donate_argnums)
+    compiled: list[Callable] = []
+    rows = NamedSharding(mesh, BATCH)
+
+    def call(*args):
+        if not compiled:
+            state = tuple(tree_shardings(a, mesh) for a in args[:state_args])
+            out = rows if row_outputs else (*state, NamedSharding(mesh, PartitionSpec()))
+            compiled.append(
+                jax.jit(
+                    fn,
+                    in_shardings=(*state, *(rows,) * (len(args) - state_args)),
+                    out_shardings=out,
+                    donate_argnums=donate_argnums,
+                )
+            )
+        return compiled[0](*args)
+
+    return call
+
+
 def make_log_prob_fn(
     graphdef: nnx.GraphDef,
     *,
@@ -67,6 +100,7 @@ def make_log_prob_fn(
     micro_batch_size: int,
     temperature: float = 1.0,
     chunk_size: int = 128,
+    mesh: Mesh | None = None,
 ) -> Callable[[Any, Sequences], tuple[Array, Array]]:
     """A jitted ``fn(params, sequences) -> (log_probs, entropy)`` ``[N, T]`` over micro-batches of
     ``micro_batch_size`` rows (a ``lax.map``, so peak memory is one micro-batch's). A micro-batch
@@ -86,7 +120,6 @@ def make_log_prob_fn(
 
         return jax.lax.cond(jnp.any(mask > 0), run, padding, params, ids, mask)
 
-    @jax.jit
     def fn(params, sequences: Sequences) -> tuple[Array, Array]:
         n, width = sequences.input_ids.shape
         if n % micro_batch_size:
@@ -97,7 +130,7 @@ def make_log_prob_fn(
         lp, ent = jax.lax.map(lambda xs: one(params, *xs), (ids, mask))
         return lp.reshape(n, -1), ent.reshape(n, -1)
 
-    return fn
+    return mesh_jit(fn, mesh, state_args=1, row_outputs=True)
 
 
 def make_prepare_fn(objective: Objective) -> Callable:
@@ -125,6 +158,7 @@ def make_update_step(
     temperature: float = 1.0,
     chunk_size: int = 128,
     donate: bool = True,
+    mesh: Mesh | None = None,
 ) -> UpdateStep:
     """``step(params, opt_state, sequences, batch) -> (params, opt_state, metrics)`` on one
     mini-batch of ``mini_batch_size`` rows (see module doc). ``batch`` is the matching slice of
@@ -183,7 +217,7 @@ def make_update_step(
         metrics["skipped"] = (~finite).astype(jnp.float32)
         return params, opt_state, metrics
 
-    jitted = jax.jit(step, donate_argnums=(0, 1) if donate else ())
+    jitted = mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=donate)
     return UpdateStep(jitted, mini_batch_size, micro_batch_size)
 
 
@@ -200,8 +234,10 @@ def run_update(
     batch: TurnBatch,
     *,
     ppo_epochs: int = 1,
+    place: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any, list[dict[str, Array]]]:
-    """All mini-batches of all epochs, in order (spec algorithms §1); per-step metrics."""
+    """All mini-batches of all epochs, in order (spec algorithms §1); per-step metrics.
+    ``place`` (optional) moves each mini-batch slice onto the devices (e.g. ``put_rows``)."""
     n = sequences.input_ids.shape[0]
     if n % update.mini_batch_size:
         raise ValueError(f"{n} rows are not a multiple of mini_batch_size {update.mini_batch_size}")
@@ -210,6 +246,8 @@ def run_update(
         for start in range(0, n, update.mini_batch_size):
             seq = slice_rows(sequences, start, update.mini_batch_size)
             mini = slice_rows(batch, start, update.mini_batch_size)
+            if place is not None:
+                seq, mini = place((seq, mini))
             params, opt_state, metrics = update.step(params, opt_state, seq, mini)
             history.append(metrics)
     return params, opt_state, history
