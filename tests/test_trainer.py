@@ -112,6 +112,14 @@ def test_cli_rejects_a_bad_override_in_one_line(capsys):
     assert err.count("\n") == 0 and "did you mean 'trainer.total_steps'" in err
 
 
+def test_cli_refuses_a_method_that_needs_a_critic_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "configs/sokoban/ppo_tiny.yaml"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'algorithm.method'" in err and "critic" in err
+
+
 def test_gen_data_writes_expert_turns(tmp_path, capsys):
     out = tmp_path / "demos.jsonl"
     assert main(["gen-data", CONFIG, str(out), "--episodes", "4"]) == 0

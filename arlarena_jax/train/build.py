@@ -129,8 +129,17 @@ def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
 
 
 def build_objective(config: Config) -> Objective:
-    """The method preset, with the dynamic-sampling overrides of ``config.algorithm``."""
+    """The method preset, with the dynamic-sampling overrides of ``config.algorithm``.
+
+    A preset whose advantages need critic values (GAE: ``ppo``) is refused here, before anything
+    is built: the trainer has no critic model yet."""
     objective = presets.build(config.algorithm.method, env=config.preset_env)
+    if objective.advantage.name == "gae":
+        raise ConfigError(
+            f"config key 'algorithm.method': {config.algorithm.method!r} uses GAE advantages, "
+            "which need a critic; the trainer has none yet (critic-free presets: grpo, gigpo, "
+            "sampo, ...)"
+        )
     a = config.algorithm
     if objective.group_filter is not None and (
         a.max_num_gen_batches is not None or a.cold_start_steps is not None

@@ -17,8 +17,12 @@ from arlarena_jax.train.distributed import initialize_if_distributed
 
 
 def _config(args: argparse.Namespace, extra: list[str] = ()):  # type: ignore[assignment]
+    from arlarena_jax.train import build
+
     try:
-        return load_config(args.config, [*args.overrides, *extra])
+        config = load_config(args.config, [*args.overrides, *extra])
+        build.build_objective(config)  # a method the trainer cannot run fails here, in one line
+        return config
     except ConfigError as error:
         print(f"arlarena: {error}", file=sys.stderr)
         raise SystemExit(2) from None
