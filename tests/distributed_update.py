@@ -30,14 +30,13 @@ from arlarena_jax.models.sharding import put_rows, to_host
 from arlarena_jax.objectives import advantage, ratio
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives.compose import chain
-from arlarena_jax.objectives.host import HostTurn, collate
-from arlarena_jax.train.sequences import Sequences, pack_rows
 from arlarena_jax.train.update import (
     make_log_prob_fn,
     make_prepare_fn,
     make_update_step,
     run_update,
 )
+from tests.turn_rows import random_turn_rows
 
 P, T, ROWS, MINI, MICRO = 8, 6, 16, 8, 4
 CONFIG = QwenConfig(
@@ -54,24 +53,14 @@ CONFIG = QwenConfig(
 
 def rows(seed: int = 0):
     """ROWS turn rows (host arrays): groups of four one-turn trajectories, returns 1,0,1,0."""
-    rng = np.random.default_rng(seed)
-    prompts = [rng.integers(1, 64, rng.integers(2, P + 1)).tolist() for _ in range(ROWS)]
-    responses = [rng.integers(1, 64, rng.integers(1, T + 1)).tolist() for _ in range(ROWS)]
-    turns = [
-        HostTurn(
-            group=i // 4,
-            trajectory=i,
-            turn=0,
-            anchor="state",
-            episode_return=float(i % 2 == 0),
-            step_reward=0.0,
-            action_valid=True,
-            old_log_probs=[0.0] * len(responses[i]),
-        )
-        for i in range(ROWS)
-    ]
-    ids, mask = pack_rows(prompts, responses, num_rows=ROWS, prompt_length=P, response_length=T)
-    return Sequences(ids, mask), collate(turns, ROWS, T)
+    return random_turn_rows(
+        np.random.default_rng(seed),
+        ROWS,
+        vocab=64,
+        group_size=4,
+        prompt_length=P,
+        response_length=T,
+    )
 
 
 def run(mesh) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ collectives for several processes.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_two_process_update_equals_single_process(tmp_path):
     results = _run_workers(out)
     logs = "\n".join(r.stdout[-3000:] for r in results)
     if any(r.returncode for r in results):
-        if "collective" in logs.lower() and "not" in logs.lower() and "support" in logs.lower():
+        if re.search(r"collectives? (is|are) not (yet )?(supported|implemented)", logs, re.I):
             pytest.skip("this JAX has no multi-process CPU collectives")
         pytest.fail(f"a worker failed:\n{logs}")
     single = run(make_mesh(data=2, fsdp=2, devices=jax.devices()[:4]))

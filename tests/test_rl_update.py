@@ -19,9 +19,8 @@ from arlarena_jax.models import QwenConfig, QwenForCausalLM, response_log_probs,
 from arlarena_jax.objectives import advantage, ratio
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives.compose import chain
-from arlarena_jax.objectives.host import HostTurn, collate
 from arlarena_jax.rollout.loop import Rollout, TurnRow
-from arlarena_jax.train.sequences import Sequences, pack_rows, padded_row_count, rollout_batch
+from arlarena_jax.train.sequences import padded_row_count, rollout_batch
 from arlarena_jax.train.update import (
     make_log_prob_fn,
     make_prepare_fn,
@@ -29,6 +28,7 @@ from arlarena_jax.train.update import (
     needs_reference,
     run_update,
 )
+from tests.turn_rows import random_turn_rows
 
 P, T = 6, 5
 CONFIG = QwenConfig(
@@ -50,23 +50,10 @@ def split_model():
 
 def make_rows(rng: np.random.Generator, n: int):
     """n rows in groups of two trajectories, one turn each; returns 1 / 0 within each group."""
-    prompts = [rng.integers(1, 48, rng.integers(2, P + 1)).tolist() for _ in range(n)]
-    responses = [rng.integers(1, 48, rng.integers(1, T + 1)).tolist() for _ in range(n)]
-    turns = [
-        HostTurn(
-            group=i // 2,
-            trajectory=i,
-            turn=0,
-            anchor="room",
-            episode_return=float(i % 2 == 0),
-            step_reward=0.0,
-            action_valid=True,
-            old_log_probs=[-1.0] * len(responses[i]),
-        )
-        for i in range(n)
-    ]
-    ids, mask = pack_rows(prompts, responses, num_rows=n, prompt_length=P, response_length=T)
-    return Sequences(jnp.asarray(ids), jnp.asarray(mask)), collate(turns, n, T)
+    sequences, batch = random_turn_rows(
+        rng, n, vocab=48, group_size=2, prompt_length=P, response_length=T
+    )
+    return jax.tree.map(jnp.asarray, sequences), batch
 
 
 def prepared(graphdef, params, sequences, batch, objective, micro=2):
