@@ -153,8 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("out", help="output directory (tokenizer.json, tokenizer_config.json)")
     convert.set_defaults(handler=convert_tokenizer)
     from arlarena_jax.train.commands import add_commands
+    from envs.alfworld.cli import add_commands as add_alfworld_commands
 
     add_commands(commands)
+    add_alfworld_commands(commands)
     return parser
 
 

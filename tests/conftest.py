@@ -5,5 +5,39 @@ XLA reads the flag when JAX initialises its backend, so it is set before any tes
 
 import os
 
+import pytest
+
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+# ---- ALFWorld (spec environments §3): the real engine and the shared evaluation problems ----
+
+SPEC_GAME = "look_at_obj_in_light-CD-None-DeskLamp-320/trial_T20190907_224451_655673"
+
+
+@pytest.fixture(scope="session")
+def alfworld_problems(tmp_path_factory):
+    """``json_2.1.1/`` of the shared evaluation tarball, unpacked once per session; skips when
+    the engine (the ``alfworld`` extra) or the tarball (``$ARLARENA_ALFWORLD_TARBALL``) is
+    missing."""
+    from envs.alfworld import engine
+    from envs.alfworld.data import TARBALL_ENV, default_tarball, unpack
+
+    if not engine.available():
+        pytest.skip(f"ALFWorld engine not installed: {engine.INSTALL_HINT}")
+    tarball = default_tarball()
+    if not tarball.is_file():
+        pytest.skip(f"ALFWorld evaluation tarball absent: {tarball} (set ${TARBALL_ENV})")
+    return unpack(tarball, tmp_path_factory.mktemp("alfworld"))
+
+
+@pytest.fixture(scope="session")
+def spec_game(alfworld_problems, tmp_path_factory):
+    """The game of spec §8.3 built with the spec's phrasing (template 0)."""
+    from envs.alfworld.games import build_trial
+
+    out = tmp_path_factory.mktemp("alfworld_games") / "valid_seen" / SPEC_GAME
+    record = build_trial(alfworld_problems / "valid_seen" / SPEC_GAME, out, phrasing=0)
+    assert record.solvable, record.error
+    return record

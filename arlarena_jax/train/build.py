@@ -1,15 +1,17 @@
 """Everything a run needs, built from a :class:`~arlarena_jax.train.config.Config`.
 
-The tokenizer "tiny-sokoban" is built deterministically: a byte-level BPE (``train_tiny``, 512
-ids) trained on expert demonstrations of a fixed set of rooms (seeds 2³¹ … 2³¹ + 255, disjoint
-from training and evaluation seeds) in the run's prompt format. The same config always gives the
-same vocabulary, so checkpoints and Hugging Face exports stay loadable.
+The tokenizers "tiny-sokoban" and "tiny-alfworld" are built deterministically: a byte-level BPE
+(``train_tiny``, 512 ids) trained on expert demonstrations of a fixed set of tasks (seeds 2³¹
+onwards, disjoint from training and evaluation seeds; ALFWorld plays training games) in the run's
+prompt format. The same config always gives the same vocabulary, so checkpoints and Hugging Face
+exports stay loadable.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -26,7 +28,10 @@ from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
 from arlarena_jax.train.config import Config, ConfigError
 from envs.base import EnvBatch
 
-TOKENIZER_SEEDS = range(2**31, 2**31 + 256)
+TOKENIZER_SEED_BASE = 2**31
+# Built tokenizers and how many expert episodes their corpus holds (an ALFWorld episode costs a
+# second or two of engine time; its prompts are long, so fewer episodes cover the vocabulary).
+TINY_TOKENIZER_EPISODES = {"tiny-sokoban": 256, "tiny-alfworld": 32}
 TINY_VOCAB = 512
 # Seed ranges: training tasks draw from [0, 2^30), demonstrations from [2^30, 2^31), evaluation
 # from eval_seed upwards in its own block of [2^31 + 2^20, 2^32).
@@ -44,21 +49,67 @@ def task_format(config: Config) -> TaskFormat:
 
 
 def expert_replies(config: Config):
-    """The scripted expert's reply function for the run's environment and prompt."""
-    if config.env.name != "sokoban":
-        raise ConfigError(
-            f"config key 'env.name': {config.env.name!r} environments arrive with their own "
-            "issue (ALFWorld: issue 7); only 'sokoban' runs today"
-        )
+    """The scripted Sokoban expert's reply function for the run's prompt."""
     from envs.sokoban.expert import expert_replies as full
     from envs.sokoban.expert import short_expert_replies
 
     return short_expert_replies if config.env.prompt == "compact" else full
 
 
-def make_envs(config: Config, num_envs: int) -> EnvBatch:
-    """``num_envs`` environments of the run's kind (Sokoban: one jitted, vmapped batch)."""
-    expert_replies(config)  # the environment check, with its one-line error
+def check_env(config: Config) -> None:
+    """A one-line ConfigError for an environment that has not arrived yet."""
+    if config.env.name not in ("sokoban", "alfworld"):
+        raise ConfigError(
+            f"config key 'env.name': {config.env.name!r} environments arrive with their own "
+            "issue; 'sokoban' and 'alfworld' run today"
+        )
+
+
+def alfworld_games(config: Config, split: str) -> tuple[str, ...]:
+    """Solvable game files of ``env.data_path/json_2.1.1/<split>`` (sorted)."""
+    from envs.alfworld.data import JSON_DIR, find_games
+
+    if config.env.data_path is None:
+        raise ConfigError(
+            "config key 'env.data_path': ALFWorld needs the directory holding json_2.1.1/ "
+            "(build it with `arlarena alfworld build` and `arlarena alfworld generate`)"
+        )
+    folder = Path(config.env.data_path) / JSON_DIR / split
+    games = find_games(folder) if folder.is_dir() else []
+    if not games:
+        raise ConfigError(
+            f"config key 'env.data_path': no solvable ALFWorld games in {folder} "
+            "(build them with `arlarena alfworld build` / `arlarena alfworld generate`)"
+        )
+    return tuple(str(g) for g in games)
+
+
+def _split(config: Config, purpose: str) -> str:
+    if purpose not in ("train", "eval"):
+        raise ValueError(f"purpose must be 'train' or 'eval', got {purpose!r}")
+    return "train" if purpose == "train" else config.env.alfworld.eval_split
+
+
+def make_envs(config: Config, num_envs: int, purpose: str = "train") -> EnvBatch:
+    """``num_envs`` environments of the run's kind for training or evaluation tasks.
+
+    Sokoban: one jitted, vmapped batch (seeds tell the two apart). ALFWorld: the games of the
+    ``train`` split or of ``env.alfworld.eval_split``, in ``env.num_workers`` pool processes
+    (0: in this process).
+    """
+    check_env(config)
+    if config.env.name == "alfworld":
+        from envs.alfworld.env import AlfworldFactory
+        from envs.local import LocalEnvBatch
+        from envs.pool import EnvPool
+
+        factory = AlfworldFactory(
+            alfworld_games(config, _split(config, purpose)), max_steps=config.env.max_turns
+        )
+        workers = min(config.env.num_workers, num_envs)
+        if workers == 0:
+            return LocalEnvBatch(factory, num_envs)
+        return EnvPool(factory, num_envs, workers, step_timeout=config.env.step_timeout_s)
     from envs.sokoban.batch import SokobanBatch
     from envs.sokoban.env import EnvParams
 
@@ -74,10 +125,29 @@ def make_envs(config: Config, num_envs: int) -> EnvBatch:
 
 def demonstrations(config: Config, seeds) -> list:
     """Expert (prompt, reply) samples through the run's prompts (spec environments §6)."""
-    from arlarena_jax.train.demos import sokoban_demonstrations
+    from arlarena_jax.train import demos
 
-    return sokoban_demonstrations(
-        list(seeds),
+    check_env(config)
+    seeds = list(seeds)
+    if config.env.name == "alfworld":
+        if not seeds:
+            return []
+        n = config.env.train_batch_size * config.env.group_size
+        envs = make_envs(config, min(len(seeds), n), "train")
+        try:
+            return demos.alfworld_demonstrations(
+                envs,
+                alfworld_games(config, "train"),
+                seeds,
+                task_format=task_format(config),
+                max_turns=config.env.max_turns,
+                history_length=config.env.history_length,
+                think=config.env.alfworld.expert_think,
+            )
+        finally:
+            envs.close()
+    return demos.sokoban_demonstrations(
+        seeds,
         task_format=task_format(config),
         max_turns=config.env.max_turns,
         history_length=config.env.history_length,
@@ -86,10 +156,16 @@ def demonstrations(config: Config, seeds) -> list:
 
 
 def build_tokenizer(config: Config) -> Any:
-    """The run's tokenizer (see module doc for "tiny-sokoban")."""
+    """The run's tokenizer (see module doc for the built "tiny-<env>" vocabularies)."""
     name = config.model.tokenizer
-    if name == "tiny-sokoban":
-        texts = [d.prompt + d.reply for d in demonstrations(config, TOKENIZER_SEEDS)]
+    if name is not None and name.startswith("tiny-") and not Path(name).exists():
+        if name != f"tiny-{config.env.name}" or name not in TINY_TOKENIZER_EPISODES:
+            raise ConfigError(
+                f"config key 'model.tokenizer': {name!r} does not fit env.name "
+                f"{config.env.name!r} (built tokenizers: {sorted(TINY_TOKENIZER_EPISODES)})"
+            )
+        seeds = range(TOKENIZER_SEED_BASE, TOKENIZER_SEED_BASE + TINY_TOKENIZER_EPISODES[name])
+        texts = [d.prompt + d.reply for d in demonstrations(config, seeds)]
         return train_tiny(texts, vocab_size=TINY_VOCAB)
     return load_tokenizer(name if name is not None else config.model.path)
 

@@ -61,15 +61,20 @@ def eval_command(args: argparse.Namespace) -> int:
     model = build.build_model(config, tokenizer, mesh, config.trainer.seed)
     step = restore_latest(config, model)
     _, policy = build.build_policy(config, model, tokenizer, mesh)
-    envs = build.make_envs(config, min(config.env.eval_batch_size, config.trainer.eval_episodes))
-    metrics, _ = evaluate(
-        envs,
-        build.task_format(config),
-        eval_policy(policy, config),
-        seeds=eval_seeds(config),
-        max_turns=config.env.max_turns,
-        history_length=config.env.history_length,
+    envs = build.make_envs(
+        config, min(config.env.eval_batch_size, config.trainer.eval_episodes), "eval"
     )
+    try:
+        metrics, _ = evaluate(
+            envs,
+            build.task_format(config),
+            eval_policy(policy, config),
+            seeds=eval_seeds(config),
+            max_turns=config.env.max_turns,
+            history_length=config.env.history_length,
+        )
+    finally:
+        envs.close()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     print(f"{where}, {config.trainer.eval_episodes} held-out episodes:")
     for key, value in sorted(metrics.items()):

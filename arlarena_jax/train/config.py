@@ -33,7 +33,7 @@ class ConfigError(ValueError):
 class ModelConfig:
     name: str = "tiny"  # a preset of arlarena_jax.models.PRESETS, used when path is null
     path: str | None = None  # a local Hugging Face directory (config.json + safetensors)
-    tokenizer: str | None = "tiny-sokoban"  # "tiny-sokoban" (built), a directory, null = path
+    tokenizer: str | None = "tiny-sokoban"  # "tiny-<env.name>" (built), a directory, null = path
     dtype: DTypeName = "float32"  # compute dtype
     param_dtype: DTypeName = "float32"
     remat: str | None = None  # a jax.checkpoint_policies name, e.g. "nothing_saveable"
@@ -44,6 +44,12 @@ class SokobanConfig:
     dim_room: int = 6
     num_boxes: int = 1
     search_depth: int = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class AlfworldConfig:
+    eval_split: Literal["valid_seen", "valid_unseen"] = "valid_seen"  # in / out of distribution
+    expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +65,9 @@ class EnvConfig:
     eval_seed: int = 0  # offset of the held-out seeds (the trainer keeps them apart from training)
     num_workers: int = 0  # host environment pool processes (0: in-process / JAX-native)
     step_timeout_s: float = 60.0  # per step call to a pool worker
-    data_path: str | None = None  # ALFWorld games / WebShop catalogue directory
+    data_path: str | None = None  # ALFWorld: the root holding json_2.1.1/<split>/ games
     sokoban: SokobanConfig = dataclasses.field(default_factory=SokobanConfig)
+    alfworld: AlfworldConfig = dataclasses.field(default_factory=AlfworldConfig)
 
 
 @dataclasses.dataclass(frozen=True)

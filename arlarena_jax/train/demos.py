@@ -46,12 +46,15 @@ def collect_demonstrations(
     history_length: int = 2,
     only_successful: bool = True,
     num_real: int | None = None,
+    skip_done: bool = True,
 ) -> list[Demonstration]:
     """Play ``len(group_seeds)`` episodes (one env each) with the expert; return the kept turns.
 
     ``len(group_seeds)`` must equal ``envs.num_envs``. ``num_real``: only the first ``num_real``
-    environments are kept (the rest pad a fixed-size batch). Samples come out trajectory-major
-    (environment 0's turns in order, then environment 1's, …). See the module doc for the filter.
+    environments are kept (the rest pad a fixed-size batch). ``skip_done=False`` asks the expert
+    for every environment every turn (a per-environment replay needs it). Samples come out
+    trajectory-major (environment 0's turns in order, then environment 1's, …). See the module
+    doc for the filter.
     """
     rollout = collect(
         envs,
@@ -62,6 +65,7 @@ def collect_demonstrations(
         max_turns=max_turns,
         history_length=history_length,
         training=False,
+        skip_done=skip_done,
     )
     n = len(group_seeds) if num_real is None else num_real
     won = {t.trajectory for t in rollout.trajectories if t.won}
@@ -123,4 +127,49 @@ def sokoban_demonstrations(
             )
     finally:
         envs.close()
+    return out
+
+
+def alfworld_demonstrations(
+    envs: EnvBatch,
+    games: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    task_format: TaskFormat,
+    max_turns: int = 50,
+    history_length: int = 2,
+    think: bool = True,
+    only_successful: bool = True,
+) -> list[Demonstration]:
+    """The handcoded expert's ALFWorld walkthroughs replayed through the RL prompts (spec §6).
+
+    ``envs`` holds :class:`envs.alfworld.env.AlfworldEnv` environments (a pool or a local
+    batch) over ``games`` (the factory's list); seed ``s`` plays ``sorted(games)[s % len]``,
+    replayed by :class:`envs.alfworld.expert.WalkthroughExpert`. Seeds run in chunks of
+    ``envs.num_envs`` (the last one padded with its first seed, padding dropped). Walkthroughs
+    longer than ``max_turns`` do not finish, so ``only_successful`` drops them.
+    """
+    from envs.alfworld.expert import WalkthroughExpert, walkthrough
+
+    seeds = [int(s) for s in seeds]
+    size = envs.num_envs
+    games = sorted(str(g) for g in games)
+    out: list[Demonstration] = []
+    for start in range(0, len(seeds), size):
+        chunk = seeds[start : start + size]
+        padded = chunk + [chunk[0]] * (size - len(chunk))
+        expert = WalkthroughExpert(
+            [walkthrough(games[s % len(games)]) for s in padded], think=think
+        )
+        out += collect_demonstrations(
+            envs,
+            task_format,
+            expert,
+            group_seeds=padded,
+            max_turns=max_turns,
+            history_length=history_length,
+            only_successful=only_successful,
+            num_real=len(chunk),
+            skip_done=False,
+        )
     return out

@@ -219,7 +219,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
         sft_metrics = _clone(config, model, tokenizer, mesh, sft_log)
         writer.scalars(0, sft_metrics)
     engine, policy = build.build_policy(config, model, tokenizer, mesh)
-    eval_envs = build.make_envs(config, min(config.env.eval_batch_size, t.eval_episodes))
+    eval_envs = build.make_envs(config, min(config.env.eval_batch_size, t.eval_episodes), "eval")
     graphdef, params = nnx.split(model)
     state = initial_state(config, params, objective, optimizer)
     host = {"step": 0, "rng": rng.bit_generator.state, "policy_calls": 0, "sft_success": None}
@@ -356,6 +356,8 @@ def train(config: Config, *, console: bool = True) -> Summary:
         nnx.update(model, state["params"])
         save_pretrained(model, run_dir / "hf")
         tokenizer.save_pretrained(run_dir / "hf")
+    envs.close()
+    eval_envs.close()
     writer.close()
     checkpointer.close()
     return Summary(

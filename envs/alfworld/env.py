@@ -1,0 +1,103 @@
+"""One ALFWorld game at a time on the real TextWorld engine (spec environments §3.1, §3.3, §1.5).
+
+:class:`AlfworldEnv` is a :class:`envs.base.TextEnv`: the host pool (``envs.pool``) or
+``envs.local.LocalEnvBatch`` runs N of them, each built by a picklable :class:`AlfworldFactory`.
+
+* ``reset(seed)`` plays ``games[seed % len(games)]`` (games sorted by path): equal seeds give the
+  same game (a GRPO group shares its task), consecutive seeds walk the split in order, so an
+  evaluation over ``len(games)`` consecutive seeds plays every game once. The engine is textworld's
+  ``PddlEnv`` behind ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``, as ARLArena builds it.
+* Observation: the raw TextWorld text (at reset the whole intro, which holds "Your task is to:
+  …"), the admissible commands (sorted, ``help`` included; the prompt drops it) and the task.
+* ``step(command)``: any string is a command; one the game cannot apply answers "Nothing
+  happens." and still uses a step. Reward 10 on the winning step, else 0 (spec §1.7). The episode
+  ends when won or after ``max_steps`` steps (50, spec §1.5); stepping an ended episode returns
+  the last observation, reward 0 and ``done`` again.
+* ``info``: ``won``, ``gamefile`` (per-task success reads it, spec §1.8), ``task_type``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from envs.alfworld.data import task_type_of
+from envs.alfworld.engine import play_env
+from envs.base import Observation
+
+WIN_REWARD = 10.0
+MAX_STEPS = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class AlfworldFactory:
+    """Builds an :class:`AlfworldEnv` over ``games`` (picklable: pool workers call it)."""
+
+    games: tuple[str, ...]
+    max_steps: int = MAX_STEPS
+
+    def __call__(self) -> AlfworldEnv:
+        return AlfworldEnv(self.games, max_steps=self.max_steps)
+
+
+class AlfworldEnv:
+    """ALFWorld through textworld's PDDL engine (see module doc)."""
+
+    def __init__(self, games: tuple[str, ...] | list[str], *, max_steps: int = MAX_STEPS) -> None:
+        if not games:
+            raise ValueError("AlfworldEnv needs at least one game file")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.games = tuple(sorted(str(g) for g in games))
+        self.max_steps = max_steps
+        self._engine = play_env()
+        self._game: str | None = None
+        self._obs = Observation("")
+        self._steps = 0
+        self._done = True
+        self._won = False
+
+    def game_for(self, seed: int) -> str:
+        """The game file that ``reset(seed)`` plays."""
+        return self.games[int(seed) % len(self.games)]
+
+    def _observation(self, state: Any, task: str) -> Observation:
+        return Observation(
+            text=state.feedback, admissible=tuple(state["admissible_commands"]), task=task
+        )
+
+    def _info(self) -> dict[str, Any]:
+        return {"won": self._won, "gamefile": self._game, "task_type": task_type_of(self._game)}
+
+    def reset(self, seed: int) -> Observation:
+        """Start ``game_for(seed)`` from its initial state."""
+        game = self.game_for(seed)
+        if not Path(game).is_file():
+            raise FileNotFoundError(f"ALFWorld game file not found: {game}")
+        self._engine.load(game)
+        self._game = game
+        state = self._engine.reset()
+        text = state.feedback
+        marker = text.find("Your task is to: ")
+        task = text[marker + len("Your task is to: ") :].strip() if marker >= 0 else ""
+        self._obs = self._observation(state, task)
+        self._steps, self._done, self._won = 0, False, False
+        return self._obs
+
+    def step(self, action: Any) -> tuple[Observation, float, bool, dict[str, Any]]:
+        """Apply one command (see module doc)."""
+        if self._done:
+            return self._obs, 0.0, True, self._info()
+        state, _, engine_done = self._engine.step(str(action))
+        self._steps += 1
+        self._won = bool(state["won"])
+        self._done = self._won or bool(engine_done) or self._steps >= self.max_steps
+        self._obs = self._observation(state, self._obs.task)
+        return self._obs, WIN_REWARD if self._won else 0.0, self._done, self._info()
+
+    def close(self) -> None:
+        """Release the engine."""
+        close = getattr(self._engine, "close", None)
+        if callable(close):
+            close()

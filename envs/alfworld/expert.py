@@ -1,0 +1,53 @@
+"""The ALFWorld expert for behaviour cloning: the handcoded expert's walkthroughs, replayed
+(spec environments §3.6, §6 "offline substitute").
+
+Every built game stores the walkthrough the handcoded expert found (``games.build_trial``; the
+engine is deterministic, so replaying it from the reset reproduces the expert's episode).
+:class:`WalkthroughExpert` is a scripted policy over a batch whose environment ``i`` plays
+``games[i]``: at turn ``t`` it answers ``<think>…</think><action>walkthrough_i[t]</action>``, the
+format the projection accepts (spec §1.4). It is called once per turn with every environment's
+prompt in order, so the rollout must generate for finished environments too
+(``collect(..., skip_done=False)``); replies past a walkthrough's end are the no-op ``look``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from arlarena_jax.rollout.policy import Generation
+
+
+def walkthrough(game_file: str | Path) -> tuple[str, ...]:
+    """The stored expert walkthrough of a built game (empty when it is unsolvable)."""
+    with open(game_file) as f:
+        return tuple(json.load(f).get("walkthrough") or ())
+
+
+def expert_reply(command: str, *, think: bool = True) -> str:
+    """``<think>rationale</think><action>command</action>``; ``think=False`` leaves the
+    reasoning empty (the short reply of tiny CPU policies)."""
+    thought = f"Following my plan, the next step is: {command}." if think else ""
+    return f"<think>{thought}</think><action>{command}</action>"
+
+
+class WalkthroughExpert:
+    """Scripted policy replaying one walkthrough per environment (see module doc)."""
+
+    def __init__(self, walkthroughs: Sequence[Sequence[str]], *, think: bool = True) -> None:
+        self.walkthroughs = [tuple(w) for w in walkthroughs]
+        self.think = think
+        self.turn = 0
+
+    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
+        if len(prompts) != len(self.walkthroughs):
+            raise ValueError(
+                f"WalkthroughExpert holds {len(self.walkthroughs)} walkthroughs but got "
+                f"{len(prompts)} prompts: run the rollout with skip_done=False"
+            )
+        t, self.turn = self.turn, self.turn + 1
+        return [
+            Generation(expert_reply(w[t] if t < len(w) else "look", think=self.think))
+            for w in self.walkthroughs
+        ]
