@@ -41,3 +41,24 @@ def spec_game(alfworld_problems, tmp_path_factory):
     record = build_trial(alfworld_problems / "valid_seen" / SPEC_GAME, out, phrasing=0)
     assert record.solvable, record.error
     return record
+
+
+@pytest.fixture(scope="session")
+def alfworld_data_root(alfworld_problems, tmp_path_factory):
+    """A data root (``env.data_path``) with the first candidate trial of every task type of
+    valid_seen built into ``json_2.1.1/valid_seen`` and copied as ``json_2.1.1/train``."""
+    import shutil
+
+    from envs.alfworld.data import find_trials, task_type_of
+    from envs.alfworld.games import build_trials
+
+    first = {}
+    for trial in find_trials(alfworld_problems / "valid_seen"):
+        first.setdefault(task_type_of(trial), trial)
+    root = tmp_path_factory.mktemp("alfworld_root")
+    split = root / "json_2.1.1" / "valid_seen"
+    pairs = [(t, split / t.relative_to(alfworld_problems / "valid_seen")) for t in first.values()]
+    records = build_trials(pairs, workers=2)
+    assert len(records) == 6 and sum(r.solvable for r in records) >= 5, records
+    shutil.copytree(split, root / "json_2.1.1" / "train")
+    return root

@@ -14,10 +14,10 @@ import pytest
 from arlarena_jax.rollout import ALFWORLD_FORMAT, collect
 from arlarena_jax.rollout.metrics import success_metrics
 from arlarena_jax.train.demos import alfworld_demonstrations
-from envs.alfworld.data import find_games, find_trials, task_type_of
-from envs.alfworld.env import WIN_REWARD, AlfworldEnv, AlfworldFactory
+from envs.alfworld.data import find_games, task_type_of
+from envs.alfworld.env import WIN_REWARD, AlfworldEnv, AlfworldFactory, play_order
 from envs.alfworld.expert import WalkthroughExpert, expert_reply, walkthrough
-from envs.alfworld.games import build_trials, task_description
+from envs.alfworld.games import task_description
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
 
@@ -89,21 +89,13 @@ def test_phrasing_is_reproducible_and_one_of_the_templates(spec_game):
 
 
 @pytest.fixture(scope="module")
-def few_games(alfworld_problems, tmp_path_factory):
-    """The first candidate trial of every task type in valid_seen, built (2 processes)."""
-    trials = find_trials(alfworld_problems / "valid_seen")
-    first = {}
-    for trial in trials:
-        first.setdefault(task_type_of(trial), trial)
-    out = tmp_path_factory.mktemp("few") / "valid_seen"
-    pairs = [(t, out / t.relative_to(alfworld_problems / "valid_seen")) for t in first.values()]
-    records = build_trials(pairs, workers=2)
-    assert len(records) == 6
-    return [r for r in records if r.solvable]
+def few_games(alfworld_data_root):
+    """Built solvable games, one per task type (tests/conftest.py)."""
+    return find_games(alfworld_data_root / "json_2.1.1" / "valid_seen")
 
 
 def test_eight_environments_in_the_pool_play_the_expert(few_games):
-    games = tuple(str(r.path) for r in few_games)
+    games = tuple(str(g) for g in few_games)
     seeds = [0, 0, 1, 1, 2, 2, 3, 3]  # four groups of two: a group plays one game
     factory = AlfworldFactory(games)
     with EnvPool(factory, num_envs=8, num_workers=2) as pool:
@@ -133,10 +125,10 @@ def test_eight_environments_in_the_pool_play_the_expert(few_games):
 
 
 def test_demonstrations_replay_the_expert_through_the_rl_prompts(few_games):
-    games = [str(r.path) for r in few_games if len(r.walkthrough) <= 50][:3]
+    games = [str(g) for g in few_games if len(walkthrough(g)) <= 50][:3]
     envs = LocalEnvBatch(AlfworldFactory(tuple(games)), 2)
     demos = alfworld_demonstrations(envs, games, [0, 1, 2], task_format=ALFWORLD_FORMAT)
-    ordered = sorted(games)
+    ordered = play_order(games)
     expected = [c for s in range(3) for c in walkthrough(ordered[s])]
     assert [d.reply for d in demos] == [expert_reply(c) for c in expected]
     assert demos[0].prompt.startswith("\n") or "Your current observation is" in demos[0].prompt

@@ -84,6 +84,18 @@ def alfworld_games(config: Config, split: str) -> tuple[str, ...]:
     return tuple(str(g) for g in games)
 
 
+def check_data(config: Config, *, training: bool = True) -> None:
+    """A one-line ConfigError now, rather than mid-run, when the environment's data is missing:
+    ALFWorld's evaluation games, and its training games when ``training`` or when the tiny
+    tokenizer is built from them."""
+    check_env(config)
+    if config.env.name != "alfworld":
+        return
+    alfworld_games(config, config.env.alfworld.eval_split)
+    if training or config.model.tokenizer == "tiny-alfworld":
+        alfworld_games(config, "train")
+
+
 def _split(config: Config, purpose: str) -> str:
     if purpose not in ("train", "eval"):
         raise ValueError(f"purpose must be 'train' or 'eval', got {purpose!r}")

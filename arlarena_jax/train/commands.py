@@ -7,6 +7,7 @@ config fails with one line naming the key before anything is built or compiled.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -16,12 +17,26 @@ from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.distributed import initialize_if_distributed
 
 
-def _config(args: argparse.Namespace, extra: list[str] = ()):  # type: ignore[assignment]
+@contextlib.contextmanager
+def _one_line_config_errors():
+    """A ConfigError found once the run has started (e.g. no demonstration succeeded) ends the
+    command with its one line, as at load time."""
+    try:
+        yield
+    except ConfigError as error:
+        print(f"arlarena: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _config(args: argparse.Namespace, extra: list[str] = (), *, training: bool = True):  # type: ignore[assignment]
+    """The checked config; a bad key, a method the trainer cannot run or missing environment
+    data (ALFWorld games) stops here with one line."""
     from arlarena_jax.train import build
 
     try:
         config = load_config(args.config, [*args.overrides, *extra])
-        build.build_objective(config)  # a method the trainer cannot run fails here, in one line
+        build.build_objective(config)
+        build.check_data(config, training=training)
         return config
     except ConfigError as error:
         print(f"arlarena: {error}", file=sys.stderr)
@@ -34,7 +49,8 @@ def train_command(args: argparse.Namespace) -> int:
     initialize_if_distributed()
     from arlarena_jax.train.loop import summary_table, train
 
-    summary = train(config)
+    with _one_line_config_errors():
+        summary = train(config)
     print(summary_table(summary))
     return 0
 
@@ -45,13 +61,15 @@ def sft_command(args: argparse.Namespace) -> int:
     initialize_if_distributed()
     from arlarena_jax.train.loop import summary_table, train
 
-    print(summary_table(train(config)))
+    with _one_line_config_errors():
+        summary = train(config)
+    print(summary_table(summary))
     return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate the run's newest checkpoint (or the untrained model) on the held-out seeds."""
-    config = _config(args)
+    config = _config(args, training=False)
     from arlarena_jax.train import build
     from arlarena_jax.train.evaluate import evaluate
     from arlarena_jax.train.loop import eval_policy, eval_seeds, restore_latest

@@ -144,16 +144,18 @@ def alfworld_demonstrations(
     """The handcoded expert's ALFWorld walkthroughs replayed through the RL prompts (spec §6).
 
     ``envs`` holds :class:`envs.alfworld.env.AlfworldEnv` environments (a pool or a local
-    batch) over ``games`` (the factory's list); seed ``s`` plays ``sorted(games)[s % len]``,
-    replayed by :class:`envs.alfworld.expert.WalkthroughExpert`. Seeds run in chunks of
-    ``envs.num_envs`` (the last one padded with its first seed, padding dropped). Walkthroughs
-    longer than ``max_turns`` do not finish, so ``only_successful`` drops them.
+    batch) over ``games`` (the factory's list); seed ``s`` plays
+    ``play_order(games)[s % len(games)]``, replayed by
+    :class:`envs.alfworld.expert.WalkthroughExpert`. Seeds run in chunks of ``envs.num_envs``
+    (the last one padded with its first seed, padding dropped). Walkthroughs longer than
+    ``max_turns`` do not finish, so ``only_successful`` drops them.
     """
+    from envs.alfworld.env import play_order
     from envs.alfworld.expert import WalkthroughExpert, walkthrough
 
     seeds = [int(s) for s in seeds]
     size = envs.num_envs
-    games = sorted(str(g) for g in games)
+    games = play_order(games)
     out: list[Demonstration] = []
     for start in range(0, len(seeds), size):
         chunk = seeds[start : start + size]

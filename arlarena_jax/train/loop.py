@@ -36,7 +36,7 @@ from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstract_like
-from arlarena_jax.train.config import Config
+from arlarena_jax.train.config import Config, ConfigError
 from arlarena_jax.train.config_io import dump_config
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
@@ -64,6 +64,7 @@ class Summary:
     seconds: float
     run_dir: str
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    final_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # val/… at the end
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -139,6 +140,11 @@ def _clone(config, model, tokenizer, mesh, log) -> dict[str, float]:
     sft = config.sft
     seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
     demos = build.demonstrations(config, seeds)
+    if not demos:
+        raise ConfigError(
+            f"config key 'sft.num_episodes': none of the {sft.num_episodes} expert episodes "
+            f"succeeded within env.max_turns={config.env.max_turns}; nothing to clone"
+        )
     kwargs = dict(steps=sft.steps) if sft.steps is not None else dict(epochs=sft.epochs)
     start = time.perf_counter()
     _, history = run_sft(
@@ -350,8 +356,10 @@ def train(config: Config, *, console: bool = True) -> Summary:
     if step == 0 and resume_step is None and 0 not in checkpointer.all_steps():
         checkpointer.save(0, state, host, force=True)  # cloning only: keep the cloned policy
     checkpointer.wait()
+    final_eval: dict[str, float] = {}
     if step >= t.total_steps and t.total_steps > 0:
-        final_success = run_eval(step)["val/success_rate"]
+        final_eval = run_eval(step)
+        final_success = final_eval["val/success_rate"]
     if step >= t.total_steps and t.export_hf:
         nnx.update(model, state["params"])
         save_pretrained(model, run_dir / "hf")
@@ -369,6 +377,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
         time.perf_counter() - t0,
         str(run_dir),
         history,
+        final_eval,
     )
 
 
@@ -387,5 +396,11 @@ def summary_table(summary: Summary) -> str:
         ("wall time", f"{summary.seconds / 60:.1f} min"),
         ("run directory", summary.run_dir),
     ]
+    per_task = sorted(
+        (key, value)
+        for key, value in summary.final_eval.items()
+        if key.endswith("_success_rate") and key != "val/success_rate"
+    )
+    rows[2:2] = [(f"  {key[len('val/') :]}", pct(value)) for key, value in per_task]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import shutil
 import time
 from pathlib import Path
 
@@ -58,11 +59,16 @@ def generate_command(args: argparse.Namespace) -> int:
     from envs.alfworld.generate import generate_training_games
 
     out = Path(args.out)
+    train = out / JSON_DIR / "train"
+    if train.is_dir() and any(train.iterdir()):
+        if not args.overwrite:
+            raise SystemExit(f"{train} already holds games: pass --overwrite to replace them")
+        shutil.rmtree(train)
     root = _source_root(args, out)
     start = time.perf_counter()
     records = generate_training_games(
         root / "valid_train",
-        out / JSON_DIR / "train",
+        train,
         num_games=args.num_games,
         seed=args.seed,
         workers=args.workers,
@@ -94,4 +100,5 @@ def add_commands(commands) -> None:
             )
         else:
             parser.add_argument("--num-games", type=int, default=600)
+            parser.add_argument("--overwrite", action="store_true", help="replace existing games")
         parser.set_defaults(handler=handler)

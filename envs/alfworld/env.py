@@ -3,9 +3,10 @@
 :class:`AlfworldEnv` is a :class:`envs.base.TextEnv`: the host pool (``envs.pool``) or
 ``envs.local.LocalEnvBatch`` runs N of them, each built by a picklable :class:`AlfworldFactory`.
 
-* ``reset(seed)`` plays ``games[seed % len(games)]`` (games sorted by path): equal seeds give the
-  same game (a GRPO group shares its task), consecutive seeds walk the split in order, so an
-  evaluation over ``len(games)`` consecutive seeds plays every game once. The engine is textworld's
+* ``reset(seed)`` plays ``play_order(games)[seed % len(games)]``: equal seeds give the same game
+  (a GRPO group shares its task) and ``len(games)`` consecutive seeds play every game once. The
+  order is a fixed shuffle (by a hash of each game's task folder and trial names, the same on
+  every machine), so any window of consecutive seeds mixes the task types. The engine is textworld's
   ``PddlEnv`` behind ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``, as ARLArena builds it.
 * Observation: the raw TextWorld text (at reset the whole intro, which holds "Your task is to:
   …"), the admissible commands (sorted, ``help`` included; the prompt drops it) and the task.
@@ -19,6 +20,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,16 @@ from envs.base import Observation
 
 WIN_REWARD = 10.0
 MAX_STEPS = 50
+
+
+def play_order(games: Iterable[str | Path]) -> tuple[str, ...]:
+    """The games in the order seeds index them (see module doc)."""
+
+    def key(game: str) -> tuple[str, str]:
+        name = "/".join(Path(game).parts[-3:-1])  # <task folder>/<trial>
+        return hashlib.sha256(name.encode()).hexdigest(), game
+
+    return tuple(sorted((str(g) for g in games), key=key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +62,7 @@ class AlfworldEnv:
             raise ValueError("AlfworldEnv needs at least one game file")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.games = tuple(sorted(str(g) for g in games))
+        self.games = play_order(games)
         self.max_steps = max_steps
         self._engine = play_env()
         self._game: str | None = None
@@ -59,7 +72,7 @@ class AlfworldEnv:
         self._won = False
 
     def game_for(self, seed: int) -> str:
-        """The game file that ``reset(seed)`` plays."""
+        """The game file that ``reset(seed)`` plays: ``play_order(games)[seed % len(games)]``."""
         return self.games[int(seed) % len(self.games)]
 
     def _observation(self, state: Any, task: str) -> Observation:
