@@ -3,9 +3,9 @@
 The official valid_seen holds 140 solvable games out of the 187 candidates the generator's filters
 keep (spec §3.5). "The expert solves at least 95 % of valid_seen" therefore means it must solve at
 least 0.95 × 140 = 133 of the 187 candidates, a fraction of 133 / 187 = 0.711. The whole split
-takes minutes to build (README: the measured count), so the suite checks every 6th candidate
-(32 games, all six task types) against that fraction, and that every walkthrough the expert found
-really wins in the environment the agent plays (not the expert's wrapper), within its 200 steps.
+takes minutes to build (README: the measured count), so the suite checks every 8th candidate
+(24 games, all six task types) against that fraction. That the stored walkthroughs win in the
+environment the agent plays (not the expert's wrapper) is checked in test_alfworld_env.py.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 
 from envs.alfworld.data import TASK_TYPES, find_trials, task_type_of
-from envs.alfworld.env import AlfworldEnv
 from envs.alfworld.games import build_trials
 
 OFFICIAL_SOLVABLE, CANDIDATES = 140, 187  # spec §3.5 / the generator's filters on valid_seen
-STRIDE = 6
+STRIDE = 8
 
 
 def test_expert_solves_valid_seen_sample(alfworld_problems, tmp_path):
@@ -31,9 +30,3 @@ def test_expert_solves_valid_seen_sample(alfworld_problems, tmp_path):
     need = math.ceil(0.95 * OFFICIAL_SOLVABLE / CANDIDATES * len(sample))
     assert len(solved) >= need, [(r.path.parent.parent.name, r.error) for r in records]
     assert {r.task_type for r in solved} == set(TASK_TYPES)
-    for record in solved:
-        env = AlfworldEnv([str(record.path)], max_steps=200)
-        env.reset(0)
-        outcomes = [env.step(command) for command in record.walkthrough]
-        assert outcomes[-1][3]["won"] and outcomes[-1][1] == 10.0
-        assert not any(o[2] for o in outcomes[:-1])  # no earlier end
