@@ -79,6 +79,40 @@ def collect_demonstrations(
     ]
 
 
+def chunked_demonstrations(
+    envs: EnvBatch,
+    seeds: Sequence[int],
+    task_format: TaskFormat,
+    expert_for: Callable[[list[int]], Policy],
+    *,
+    max_turns: int,
+    history_length: int = 2,
+    only_successful: bool = True,
+    skip_done: bool = True,
+) -> list[Demonstration]:
+    """:func:`collect_demonstrations` over ``seeds`` in chunks of ``envs.num_envs`` (one episode
+    per seed; the last chunk is padded with its first seed so one batch size serves every chunk,
+    and the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert.
+    Order: seed by seed, turns in order."""
+    size = envs.num_envs
+    out: list[Demonstration] = []
+    for start in range(0, len(seeds), size):
+        chunk = list(seeds[start : start + size])
+        padded = chunk + [chunk[0]] * (size - len(chunk))
+        out += collect_demonstrations(
+            envs,
+            task_format,
+            expert_for(padded),
+            group_seeds=padded,
+            max_turns=max_turns,
+            history_length=history_length,
+            only_successful=only_successful,
+            num_real=len(chunk),
+            skip_done=skip_done,
+        )
+    return out
+
+
 def sokoban_demonstrations(
     seeds: Sequence[int],
     *,
@@ -110,24 +144,18 @@ def sokoban_demonstrations(
     size = min(num_envs, len(seeds))
     envs = SokobanBatch(size)
     expert = ScriptedPolicy(expert_replies if replies is None else replies)
-    out: list[Demonstration] = []
     try:
-        for start in range(0, len(seeds), size):
-            chunk = seeds[start : start + size]
-            padded = chunk + [chunk[0]] * (size - len(chunk))
-            out += collect_demonstrations(
-                envs,
-                task_format,
-                expert,
-                group_seeds=padded,
-                max_turns=max_turns,
-                history_length=history_length,
-                only_successful=only_successful,
-                num_real=len(chunk),
-            )
+        return chunked_demonstrations(
+            envs,
+            seeds,
+            task_format,
+            lambda _: expert,
+            max_turns=max_turns,
+            history_length=history_length,
+            only_successful=only_successful,
+        )
     finally:
         envs.close()
-    return out
 
 
 def alfworld_demonstrations(
@@ -153,25 +181,16 @@ def alfworld_demonstrations(
     from envs.alfworld.env import play_order
     from envs.alfworld.expert import WalkthroughExpert, walkthrough
 
-    seeds = [int(s) for s in seeds]
-    size = envs.num_envs
     games = play_order(games)
-    out: list[Demonstration] = []
-    for start in range(0, len(seeds), size):
-        chunk = seeds[start : start + size]
-        padded = chunk + [chunk[0]] * (size - len(chunk))
-        expert = WalkthroughExpert(
+    return chunked_demonstrations(
+        envs,
+        [int(s) for s in seeds],
+        task_format,
+        lambda padded: WalkthroughExpert(
             [walkthrough(games[s % len(games)]) for s in padded], think=think
-        )
-        out += collect_demonstrations(
-            envs,
-            task_format,
-            expert,
-            group_seeds=padded,
-            max_turns=max_turns,
-            history_length=history_length,
-            only_successful=only_successful,
-            num_real=len(chunk),
-            skip_done=False,
-        )
-    return out
+        ),
+        max_turns=max_turns,
+        history_length=history_length,
+        only_successful=only_successful,
+        skip_done=False,
+    )
