@@ -131,5 +131,8 @@ def test_demonstrations_replay_the_expert_through_the_rl_prompts(few_games):
     ordered = play_order(games)
     expected = [c for s in range(3) for c in walkthrough(ordered[s])]
     assert [d.reply for d in demos] == [expert_reply(c) for c in expected]
-    assert demos[0].prompt.startswith("\n") or "Your current observation is" in demos[0].prompt
+    first = AlfworldEnv(games).reset(0)  # the first turn: the no-history prompt of the reset
+    assert demos[0].prompt == ALFWORLD_FORMAT.build_prompt(
+        first, ALFWORLD_FORMAT.extract_task(first), None
+    )
     assert "You are now at step 2" in demos[1].prompt  # the second turn carries history
