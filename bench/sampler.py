@@ -5,9 +5,9 @@ same prompts (random ids, all of ``--prompt-len`` tokens, no padding) and the sa
 tokens (``--new-tokens``, no stop tokens), greedy, float32 on this machine's CPU (or GPU for JAX
 if present). Ours is the whole driver (:func:`arlarena_jax.sampler.driver.generate`: prefills,
 inserts and decode steps, results on the host; it prefills the waiting requests together, as
-transformers does the whole batch); transformers' ``generate`` likewise includes its prefill. Compilation
-is excluded: every function is warmed up once before timing (the warm-up run is also the one
-whose token ids are checked against transformers).
+transformers does the whole batch); transformers' ``generate`` likewise includes its prefill.
+Compilation is excluded: every function is warmed up once before timing (the warm-up run is also
+the one whose token ids are checked against transformers).
 
 Also reported: our decode-only step time (``engine.generate`` on a filled decode state, divided by
 ``steps_per_call``) and its memory-bandwidth floor: the bytes one decode step must read (every

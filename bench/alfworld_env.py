@@ -10,9 +10,12 @@ stepped one after another in this process (what a single-process rollout does). 
   processes against the in-process batch, on the same games and walkthroughs (the rollout's
   ``collect`` with the replayed expert), and their ratio.
 
-    python bench/alfworld.py DATA_ROOT [--split valid_seen] [--games 16] [--envs 8] [--workers 2]
+    python bench/alfworld_env.py DATA_ROOT [--split valid_seen] [--games 16] [--envs 8]
+                                 [--workers 2]
 
-``DATA_ROOT`` holds ``json_2.1.1/<split>/`` games (``arlarena alfworld build DATA_ROOT``).
+``DATA_ROOT`` holds ``json_2.1.1/<split>/`` games (``arlarena alfworld build DATA_ROOT``). The
+file is not called ``alfworld.py``: Python puts a script's folder first on ``sys.path``, so that
+name would shadow the ``alfworld`` package.
 """
 
 from __future__ import annotations
