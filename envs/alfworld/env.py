@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.rollout.prompts import TASK_MARKER
 from envs.alfworld.data import task_type_of
 from envs.alfworld.engine import play_env
 from envs.base import Observation
@@ -92,8 +93,8 @@ class AlfworldEnv:
         self._game = game
         state = self._engine.reset()
         text = state.feedback
-        marker = text.find("Your task is to: ")
-        task = text[marker + len("Your task is to: ") :].strip() if marker >= 0 else ""
+        marker = text.find(TASK_MARKER)
+        task = text[marker + len(TASK_MARKER) :].strip() if marker >= 0 else ""
         self._obs = self._observation(state, task)
         self._steps, self._done, self._won = 0, False, False
         return self._obs

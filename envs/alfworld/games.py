@@ -71,15 +71,13 @@ def task_description(traj_data: dict, *, seed: int = 0, phrasing: int | None = N
     if goal not in goal_library.gdict:
         raise ValueError(f"traj_data task_type {goal!r} is not an ALFRED goal")
     templates = goal_library.gdict[goal]["templates"]
-    index = phrasing_index(str(traj_data.get("task_id", "")), seed, len(templates))
-    if phrasing is not None:
-        if not 0 <= phrasing < len(templates):
-            raise ValueError(f"phrasing {phrasing} out of range: {goal} has {len(templates)}")
-        index = phrasing
-    fields = {k: str(params.get(f"{k}_target", "")).lower() for k in ("object", "parent")}
-    return templates[index].format(
-        obj=fields["object"],
-        recep=fields["parent"],
+    if phrasing is None:
+        phrasing = phrasing_index(str(traj_data.get("task_id", "")), seed, len(templates))
+    elif not 0 <= phrasing < len(templates):
+        raise ValueError(f"phrasing {phrasing} out of range: {goal} has {len(templates)}")
+    return templates[phrasing].format(
+        obj=str(params.get("object_target", "")).lower(),
+        recep=str(params.get("parent_target", "")).lower(),
         toggle=str(params.get("toggle_target", "")).lower(),
         mrecep=str(params.get("mrecep_target", "")).lower(),
     )
