@@ -10,6 +10,25 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# Tests of an optional extra skip, with the reason, where it is not installed. CI installs every
+# extra and names them in $ARLARENA_REQUIRE_EXTRAS (comma-separated), so that an extra that
+# installed but does not import fails the run instead of skipping its tests.
+REQUIRE_EXTRAS = "ARLARENA_REQUIRE_EXTRAS"
+
+
+def pytest_configure(config):
+    required = {e.strip() for e in os.environ.get(REQUIRE_EXTRAS, "").split(",") if e.strip()}
+    unknown = required - {"alfworld"}
+    if unknown:
+        raise pytest.UsageError(f"${REQUIRE_EXTRAS} names unknown extras: {sorted(unknown)}")
+    if "alfworld" in required:
+        from envs.alfworld import engine
+
+        try:
+            engine.alfworld()
+        except ImportError as error:
+            raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires alfworld: {error}") from None
+
 
 # ---- ALFWorld (spec environments §3): the real engine and the shared evaluation problems ----
 

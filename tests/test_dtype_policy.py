@@ -149,7 +149,8 @@ def safetensors_dtypes(directory) -> set[str]:
 
 
 def hf_logits(model_) -> np.ndarray:
-    torch = pytest.importorskip("torch")
+    import torch
+
     positions = np.clip(MASK.cumsum(-1) - 1, 0, None)
     with torch.no_grad():
         out = model_(
@@ -162,8 +163,9 @@ def hf_logits(model_) -> np.ndarray:
 
 def test_checkpoint_dtype_conversion_on_load(tmp_path):
     """bf16 checkpoint → float32 parameters, float32 checkpoint → bf16 parameters."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.Qwen3Config(
         vocab_size=VOCAB,

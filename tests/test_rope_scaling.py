@@ -17,16 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 from flax import nnx
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from arlarena_jax.models.config import QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, save_pretrained
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.rope import dynamic_ntk_frequencies, inverse_frequencies
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
 LENGTH = 40
 _rng = np.random.default_rng(0)

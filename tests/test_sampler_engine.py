@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 from flax import nnx
 from jax.sharding import NamedSharding
 
@@ -36,9 +38,6 @@ from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.sharding import make_mesh
 from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, SamplingParams
 from arlarena_jax.sampler.engine import KV_CACHE_SPEC
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 VOCAB = 256
 COMMON = dict(

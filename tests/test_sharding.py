@@ -70,8 +70,8 @@ def test_indivisible_mesh_fails_with_one_line():
 
 
 def test_load_pretrained_straight_into_the_mesh(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("torch")
+    import transformers
+
     config = transformers.Qwen3Config(
         vocab_size=64,
         hidden_size=64,
