@@ -91,6 +91,12 @@ def check_data(config: Config, *, training: bool = True) -> None:
     check_env(config)
     if config.env.name != "alfworld":
         return
+    from envs.alfworld import engine
+
+    if not engine.available():
+        raise ConfigError(
+            f"config key 'env.name': 'alfworld' needs the real engine: {engine.INSTALL_HINT}"
+        )
     alfworld_games(config, config.env.alfworld.eval_split)
     if training or config.model.tokenizer == "tiny-alfworld":
         alfworld_games(config, "train")

@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import collections
 import shutil
+import sys
 import time
 from pathlib import Path
 
+from envs.alfworld import engine
 from envs.alfworld.data import JSON_DIR, default_tarball, unpack
 
 
@@ -40,8 +42,17 @@ def _report(records, seconds: float) -> None:
     print(f"  {solvable} solvable of {len(records)} in {seconds:.0f} s")
 
 
+def _require_engine() -> None:
+    """Stop with one line, before any work, where the ``alfworld`` extra is not installed."""
+    if not engine.available():
+        print(f"arlarena alfworld: needs the real engine: {engine.INSTALL_HINT}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_command(args: argparse.Namespace) -> int:
     from envs.alfworld.games import build_split
+
+    _require_engine()
 
     out = Path(args.out)
     root = _source_root(args, out)
@@ -57,6 +68,8 @@ def build_command(args: argparse.Namespace) -> int:
 
 def generate_command(args: argparse.Namespace) -> int:
     from envs.alfworld.generate import generate_training_games
+
+    _require_engine()
 
     out = Path(args.out)
     train = out / JSON_DIR / "train"
