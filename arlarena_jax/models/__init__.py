@@ -1,7 +1,13 @@
 """Qwen2 / Qwen2.5 / Qwen3 policies in Flax NNX with Hugging Face checkpoints in and out."""
 
 from arlarena_jax.models.config import PRESETS, QwenConfig, preset
-from arlarena_jax.models.hf_io import load_pretrained, load_state_dict, save_pretrained, state_dict
+from arlarena_jax.models.hf_io import (
+    load_pretrained,
+    load_state_dict,
+    save_generation_config,
+    save_pretrained,
+    state_dict,
+)
 from arlarena_jax.models.logprobs import TokenStats, response_log_probs, token_log_probs
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.sharding import make_mesh, parameter_spec, shard_model
@@ -17,6 +23,7 @@ __all__ = [
     "parameter_spec",
     "preset",
     "response_log_probs",
+    "save_generation_config",
     "save_pretrained",
     "shard_model",
     "state_dict",

@@ -191,3 +191,38 @@ def save_pretrained(model: QwenForCausalLM, directory: str | Path) -> Path:
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     save_file(state_dict(model), directory / SAFETENSORS_SINGLE, metadata={"format": "pt"})
     return directory
+
+
+GENERATION_CONFIG = "generation_config.json"
+
+
+def save_generation_config(
+    directory: str | Path,
+    *,
+    eos_token_ids: tuple[int, ...],
+    pad_token_id: int | None,
+    bos_token_id: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_new_tokens: int | None = None,
+) -> Path:
+    """Write ``generation_config.json`` as a Qwen release ships it: the ids that end a reply
+    (``generate`` stops at any of them) and the sampling defaults. ``temperature == 0`` means
+    greedy (``do_sample: false``, no sampling keys); ``top_k == 0`` leaves top-k off, in
+    ``transformers`` as here."""
+    if not eos_token_ids:
+        raise ValueError("a generation config needs at least one eos token id")
+    config: dict[str, object] = {"eos_token_id": [int(i) for i in eos_token_ids]}
+    if pad_token_id is not None:
+        config["pad_token_id"] = int(pad_token_id)
+    if bos_token_id is not None:
+        config["bos_token_id"] = int(bos_token_id)
+    config["do_sample"] = temperature > 0
+    if temperature > 0:
+        config |= {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k)}
+    if max_new_tokens is not None:
+        config["max_new_tokens"] = int(max_new_tokens)
+    path = Path(directory) / GENERATION_CONFIG
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arlarena_jax.models import save_pretrained
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
@@ -39,6 +38,7 @@ from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstrac
 from arlarena_jax.train.config import Config, ConfigError
 from arlarena_jax.train.config_io import dump_config
 from arlarena_jax.train.evaluate import evaluate
+from arlarena_jax.train.export import export_hf
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
@@ -362,8 +362,7 @@ def train(config: Config, *, console: bool = True) -> Summary:
         final_success = final_eval["val/success_rate"]
     if step >= t.total_steps and t.export_hf:
         nnx.update(model, state["params"])
-        save_pretrained(model, run_dir / "hf")
-        tokenizer.save_pretrained(run_dir / "hf")
+        export_hf(run_dir / "hf", model, tokenizer, config)
     envs.close()
     eval_envs.close()
     writer.close()

@@ -1,0 +1,43 @@
+"""The trained policy as a Hugging Face directory that ``transformers`` uses like a Qwen release.
+
+``run_dir/hf`` holds ``config.json`` + ``model.safetensors``, the tokenizer with its chat template,
+and ``generation_config.json``: ``eos_token_id`` lists the ids the sampler stops at
+(``<|im_end|>``, ``<|endoftext|>``, the base model's own), and the sampling defaults are the
+run's evaluation sampling and reply budget (``sampler.eval``, ``sampler.max_new_tokens``). So
+``model.generate(ids)`` ends a reply at ``<|im_end|>`` exactly where the sampler does.
+
+Stop strings (``sampler.stop_strings``, e.g. ``</action>``) are not written: ``transformers``
+refuses a generation config with stop strings unless every ``generate`` call passes the
+tokenizer. Pass them per call for the sampler's cut, ``model.generate(ids,
+stop_strings=["</action>"], tokenizer=tokenizer)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arlarena_jax.models import QwenForCausalLM, save_generation_config, save_pretrained
+from arlarena_jax.tokenization import stop_token_ids
+from arlarena_jax.train.config import Config
+
+
+def export_hf(
+    directory: str | Path, model: QwenForCausalLM, tokenizer: Any, config: Config
+) -> Path:
+    """Write the model, the tokenizer and the generation config of ``config``'s run."""
+    directory = Path(directory)
+    save_pretrained(model, directory)
+    tokenizer.save_pretrained(directory)
+    sampling = config.sampler.eval
+    save_generation_config(
+        directory,
+        eos_token_ids=stop_token_ids(tokenizer, config.model.path),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=config.sampler.max_new_tokens,
+    )
+    return directory
