@@ -1,0 +1,98 @@
+"""Checks of an environment that has only ``pip install -e .`` (no extras), run by ``.ci/run``.
+
+* every module of ``arlarena_jax`` and ``envs`` imports (an optional engine is imported lazily,
+  so the package imports without its extra);
+* every subcommand of the installed ``arlarena`` script answers ``--help``;
+* without the ``alfworld`` extra, ``arlarena alfworld build|generate`` stop with one line that
+  names the extra, before doing any work.
+
+Exits 1 with one line per failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tempfile
+
+PACKAGES = ("arlarena_jax", "envs")
+
+
+def module_names() -> list[str]:
+    names = []
+    for name in PACKAGES:
+        package = importlib.import_module(name)
+        names.append(name)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, f"{name}.")]
+    return sorted(n for n in names if not n.endswith(".__main__"))  # __main__ runs the CLI
+
+
+def import_failures() -> list[str]:
+    failures = []
+    for name in module_names():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # report every module, not only the first
+            failures.append(f"import {name}: {type(exc).__name__}: {exc}")
+    return failures
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """Every command path of the parser: ('demo',), ('alfworld', 'build'), ..."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from subcommands(sub, (*prefix, name))
+
+
+def help_failures(script: str) -> list[str]:
+    from arlarena_jax.cli import build_parser
+
+    failures = []
+    for path in [(), *subcommands(build_parser())]:
+        done = subprocess.run([script, *path, "--help"], capture_output=True, text=True)
+        if done.returncode != 0 or "usage: arlarena" not in done.stdout:
+            failures.append(f"arlarena {' '.join(path)} --help: exit {done.returncode}")
+    return failures
+
+
+def extra_failures(script: str) -> list[str]:
+    if importlib.util.find_spec("alfworld") is not None:
+        return []  # the extra is installed: nothing to refuse
+    failures = []
+    with tempfile.TemporaryDirectory() as out:
+        for command in ("build", "generate"):
+            done = subprocess.run(
+                [script, "alfworld", command, out], capture_output=True, text=True
+            )
+            lines = done.stderr.strip().splitlines()
+            if done.returncode != 2 or len(lines) != 1 or ".[alfworld]" not in lines[0]:
+                failures.append(
+                    f"arlarena alfworld {command} without the extra: exit {done.returncode}, "
+                    f"{len(lines)} stderr lines (want 2 and one line naming .[alfworld])"
+                )
+    return failures
+
+
+def main() -> int:
+    script = shutil.which("arlarena")
+    if script is None:
+        print("the arlarena console script is not on PATH")
+        return 1
+    failures = import_failures() + help_failures(script) + extra_failures(script)
+    for line in failures:
+        print(line)
+    if failures:
+        return 1
+    print(f"install check: {len(module_names())} modules import, every subcommand answers --help")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
