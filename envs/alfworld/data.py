@@ -43,6 +43,7 @@ def unpack(tarball: Path, dest: Path) -> Path:
 
     Only regular files and directories under a ``json_2.1.1/`` folder are extracted, re-rooted
     there (the shared tarball has an ``alfworld/`` prefix); no links, no paths leaving ``dest``.
+    Python's "data" extraction filter is applied where it exists (3.11.4 on).
     """
     tarball, dest = Path(tarball), Path(dest)
     if not tarball.is_file():
@@ -61,7 +62,12 @@ def unpack(tarball: Path, dest: Path) -> Path:
             members.append(m)
         if not members:
             raise ValueError(f"ALFWorld tarball {tarball} holds no {JSON_DIR}/ directory")
-        tar.extractall(dest, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            tar.extractall(dest, members=members, filter="data")
+        else:  # 3.11.0-3.11.3 (Debian 12 ships 3.11.2): members are already plain and inside
+            for m in members:
+                m.mode &= 0o755  # what the "data" filter does to permissions: no set-id bits
+            tar.extractall(dest, members=members)
     marker.touch()
     return root
 
