@@ -136,3 +136,27 @@ def test_demonstrations_replay_the_expert_through_the_rl_prompts(few_games):
         first, ALFWORLD_FORMAT.extract_task(first), None
     )
     assert "You are now at step 2" in demos[1].prompt  # the second turn carries history
+
+
+class CountingResets(LocalEnvBatch):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.resets: list[int] = []
+
+    def reset(self, seeds):
+        self.resets += [int(s) for s in seeds]
+        return super().reset(seeds)
+
+
+def test_demonstrations_replay_each_distinct_game_once(few_games):
+    """Seeds s and s + n (n games) play the same game, whose replay does not depend on the seed:
+    it is played once and its turns repeat, in seed order."""
+    games = [str(g) for g in few_games if len(walkthrough(g)) <= 50][:2]
+    ordered = play_order(games)
+    envs = CountingResets(AlfworldFactory(tuple(games)), 2)
+    demos = alfworld_demonstrations(envs, games, [1, 0, 3, 2, 5], task_format=ALFWORLD_FORMAT)
+    assert sorted(set(envs.resets)) == [0, 1]  # two distinct games, one batch of two
+    replies = {g: [expert_reply(c) for c in walkthrough(ordered[g])] for g in (0, 1)}
+    assert [d.reply for d in demos] == [r for s in [1, 0, 3, 2, 5] for r in replies[s % 2]]
+    once = alfworld_demonstrations(envs, games, [1], task_format=ALFWORLD_FORMAT)
+    assert demos[: len(once)] == once

@@ -36,7 +36,7 @@ class Demonstration(NamedTuple):
     reply: str
 
 
-def collect_demonstrations(
+def collect_episodes(
     envs: EnvBatch,
     task_format: TaskFormat,
     expert_policy: Policy,
@@ -47,14 +47,14 @@ def collect_demonstrations(
     only_successful: bool = True,
     num_real: int | None = None,
     skip_done: bool = True,
-) -> list[Demonstration]:
-    """Play ``len(group_seeds)`` episodes (one env each) with the expert; return the kept turns.
+) -> list[list[Demonstration]]:
+    """Play ``len(group_seeds)`` episodes (one env each) with the expert; return each kept
+    environment's kept turns, in turn order (an empty list for an episode the filter drops).
 
     ``len(group_seeds)`` must equal ``envs.num_envs``. ``num_real``: only the first ``num_real``
     environments are kept (the rest pad a fixed-size batch). ``skip_done=False`` asks the expert
-    for every environment every turn (a per-environment replay needs it). Samples come out
-    trajectory-major (environment 0's turns in order, then environment 1's, …). See the module
-    doc for the filter.
+    for every environment every turn (a per-environment replay needs it). See the module doc for
+    the filter.
     """
     rollout = collect(
         envs,
@@ -69,14 +69,42 @@ def collect_demonstrations(
     )
     n = len(group_seeds) if num_real is None else num_real
     won = {t.trajectory for t in rollout.trajectories if t.won}
-    return [
-        Demonstration(row.prompt, row.response)
-        for row in rollout.rows
-        if row.env_index < n
-        and row.action_valid
-        and row.format_valid
-        and (row.trajectory in won or not only_successful)
-    ]
+    episodes: list[list[Demonstration]] = [[] for _ in range(n)]
+    for row in rollout.rows:
+        keep = (
+            row.action_valid and row.format_valid and (row.trajectory in won or not only_successful)
+        )
+        if row.env_index < n and keep:
+            episodes[row.env_index].append(Demonstration(row.prompt, row.response))
+    return episodes
+
+
+def collect_demonstrations(envs: EnvBatch, task_format: TaskFormat, expert_policy: Policy, **kw):
+    """:func:`collect_episodes` flattened: environment 0's kept turns in order, then 1's, …"""
+    episodes = collect_episodes(envs, task_format, expert_policy, **kw)
+    return [turn for episode in episodes for turn in episode]
+
+
+def chunked_episodes(
+    envs: EnvBatch,
+    seeds: Sequence[int],
+    task_format: TaskFormat,
+    expert_for: Callable[[list[int]], Policy],
+    **kw,
+) -> list[list[Demonstration]]:
+    """:func:`collect_episodes` over ``seeds`` in chunks of ``envs.num_envs`` (one episode per
+    seed; the last chunk is padded with its first seed so one batch size serves every chunk, and
+    the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert.
+    One list of kept turns per seed, in seed order."""
+    size = envs.num_envs
+    out: list[list[Demonstration]] = []
+    for start in range(0, len(seeds), size):
+        chunk = list(seeds[start : start + size])
+        padded = chunk + [chunk[0]] * (size - len(chunk))
+        out += collect_episodes(
+            envs, task_format, expert_for(padded), group_seeds=padded, num_real=len(chunk), **kw
+        )
+    return out
 
 
 def chunked_demonstrations(
@@ -84,33 +112,11 @@ def chunked_demonstrations(
     seeds: Sequence[int],
     task_format: TaskFormat,
     expert_for: Callable[[list[int]], Policy],
-    *,
-    max_turns: int,
-    history_length: int = 2,
-    only_successful: bool = True,
-    skip_done: bool = True,
+    **kw,
 ) -> list[Demonstration]:
-    """:func:`collect_demonstrations` over ``seeds`` in chunks of ``envs.num_envs`` (one episode
-    per seed; the last chunk is padded with its first seed so one batch size serves every chunk,
-    and the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert.
-    Order: seed by seed, turns in order."""
-    size = envs.num_envs
-    out: list[Demonstration] = []
-    for start in range(0, len(seeds), size):
-        chunk = list(seeds[start : start + size])
-        padded = chunk + [chunk[0]] * (size - len(chunk))
-        out += collect_demonstrations(
-            envs,
-            task_format,
-            expert_for(padded),
-            group_seeds=padded,
-            max_turns=max_turns,
-            history_length=history_length,
-            only_successful=only_successful,
-            num_real=len(chunk),
-            skip_done=skip_done,
-        )
-    return out
+    """:func:`chunked_episodes` flattened. Order: seed by seed, turns in order."""
+    episodes = chunked_episodes(envs, seeds, task_format, expert_for, **kw)
+    return [turn for episode in episodes for turn in episode]
 
 
 def sokoban_demonstrations(
@@ -174,23 +180,28 @@ def alfworld_demonstrations(
     ``envs`` holds :class:`envs.alfworld.env.AlfworldEnv` environments (a pool or a local
     batch) over ``games`` (the factory's list); seed ``s`` plays
     ``play_order(games)[s % len(games)]``, replayed by
-    :class:`envs.alfworld.expert.WalkthroughExpert`. Seeds run in chunks of ``envs.num_envs``
-    (the last one padded with its first seed, padding dropped). Walkthroughs longer than
+    :class:`envs.alfworld.expert.WalkthroughExpert`. A replay depends on the game only (the
+    walkthrough and the engine's text are fixed), so each distinct game is played once, by the
+    environment of game index ``g`` (which plays ``play_order(games)[g]``), and its turns are
+    repeated for every seed that maps to it. Games run in chunks of ``envs.num_envs`` (the last
+    one padded with its first game, padding dropped). Walkthroughs longer than
     ``max_turns`` do not finish, so ``only_successful`` drops them.
     """
     from envs.alfworld.env import play_order
     from envs.alfworld.expert import WalkthroughExpert, walkthrough
 
     games = play_order(games)
-    return chunked_demonstrations(
+    played = [int(s) % len(games) for s in seeds]
+    distinct = list(dict.fromkeys(played))  # a game's replay is the same for every seed
+    episodes = chunked_episodes(
         envs,
-        [int(s) for s in seeds],
+        distinct,
         task_format,
-        lambda padded: WalkthroughExpert(
-            [walkthrough(games[s % len(games)]) for s in padded], think=think
-        ),
+        lambda padded: WalkthroughExpert([walkthrough(games[g]) for g in padded], think=think),
         max_turns=max_turns,
         history_length=history_length,
         only_successful=only_successful,
         skip_done=False,
     )
+    by_game = dict(zip(distinct, episodes, strict=True))
+    return [turn for game in played for turn in by_game[game]]
