@@ -150,3 +150,50 @@ def test_settings_are_validated():
     off = MonitorSettings(kl_bound=None, grad_norm_spike_factor=None)
     _, events = run(corrupt("actor/ppo_kl", lambda i, k: 1.0), off)
     assert events == []
+
+
+class RestoringCheckpointer:
+    """The two calls ``_roll_back`` makes: the last good step, and a restore of it."""
+
+    def __init__(self, good: int, state):
+        self.good, self.state, self.restored = good, state, []
+
+    def last_good_step(self):
+        return self.good
+
+    def restore(self, target, step):
+        self.restored.append(step)
+        return self.state, {}
+
+
+class ParamsSink:
+    def update_params(self, params):
+        self.params = params
+
+
+def test_a_rollback_forgets_the_history_after_the_restored_step():
+    """Steps 1-5 have gradient norm 1 and step 5 is a good checkpoint; steps 6-8 spike to 100,
+    three bad steps in a row, so the trainer rolls back at step 8 to step 5. The monitor must
+    forget steps 6-8: its window (6 values) then holds the norms of steps 3-5, median 1, and a
+    norm of 10 at step 9 is a spike (> 5 × 1). Rolled back to the current step 8 instead, the
+    window keeps [1, 1, 1, 100, 100, 100], median 50.5, and the spike at step 9 goes unseen."""
+    import jax.numpy as jnp
+
+    from arlarena_jax.train.loop import _roll_back
+
+    settings = MonitorSettings(window=6, min_history=3, rollback=True, rollback_after=3)
+    monitor = StabilityMonitor(settings)
+    for step in range(1, 6):
+        assert monitor.observe(step, {"actor/grad_norm": 1.0}) == []
+    assert monitor.mark_checkpoint(5)
+    for step in (6, 7, 8):
+        assert [e.kind for e in monitor.observe(step, {"actor/grad_norm": 100.0})] == [
+            "grad_norm_spike"
+        ]
+    assert monitor.should_rollback
+    state = {"params": jnp.zeros(2)}
+    checkpointer, engine = RestoringCheckpointer(5, {"params": jnp.ones(2)}), ParamsSink()
+    assert _roll_back(checkpointer, monitor, state, engine, 8) == {"stability/rolled_back_to": 5.0}
+    assert checkpointer.restored == [5] and float(engine.params[0]) == 1.0
+    assert monitor.rollbacks == 1 and not monitor.should_rollback
+    assert [e.kind for e in monitor.observe(9, {"actor/grad_norm": 10.0})] == ["grad_norm_spike"]

@@ -182,7 +182,7 @@ def _roll_back(checkpointer, monitor, state, engine, step: int) -> dict[str, flo
     restored, _ = checkpointer.restore(abstract_like(state), good)
     state.update(restored)
     engine.update_params(state["params"])
-    monitor.rolled_back(step)
+    monitor.rolled_back(good)  # the restored step: what came after it is forgotten
     print(f"step {step}: unstable, rolled back to the state of step {good}", flush=True)
     return {"stability/rolled_back_to": float(good)}
 
