@@ -1,4 +1,5 @@
-"""Host environment pool: N Python text environments in W worker processes (ARCHITECTURE.md).
+"""Host environment pool: N Python text environments in W worker processes
+(docs/environments.md §2.3).
 
 Each worker owns a contiguous chunk of envs, built in the worker by the picklable ``factory()``.
 ``reset(seeds)`` and ``step(actions)`` send every worker its slice at once over its own Pipe, then

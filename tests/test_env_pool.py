@@ -1,7 +1,8 @@
 """The host environment pool (envs/pool.py) against the in-process batch (envs/local.py).
 
-Spec environments §1.1 (grouped resets) and ARCHITECTURE.md (pool: per-call timeouts, restart of
-a crashed or hung worker). Fault injection uses tests/faulty_env.py, importable by spawned workers.
+Spec environments §1.1 (grouped resets) and docs/environments.md §2.3 (pool: per-call timeouts,
+restart of a crashed or hung worker). Fault injection uses tests/faulty_env.py, importable by
+spawned workers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Host-side DAPO group filter with cold start (spec §7, TV-6).
 
 The filter drops whole groups, so it runs on the host between rollout and collation
-(ARCHITECTURE.md). A group is kept on a regular try iff its ``n`` raw episode returns (no invalid
-penalty, no overlong shaping) are not all exactly equal. The last try fills up with uniform
+(docs/algorithms.md §7). A group is kept on a regular try iff its ``n`` raw episode returns (no
+invalid penalty, no overlong shaping) are not all exactly equal. The last try fills up with uniform
 groups so the batch is not left short; the batch may still end smaller than the target.
 """
 

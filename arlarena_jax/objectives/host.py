@@ -1,8 +1,8 @@
 """Host-side bridge from rollout turn rows to a padded :class:`TurnBatch` (spec §1, §5.9).
 
 Everything here is plain numpy / Python and is never traced: strings, hashing and grouping by
-observation text live on the host (ARCHITECTURE.md). The device sees only dense int32 segment
-ids in ``[0, N)`` and padded float32 arrays.
+observation text live on the host (docs/algorithms.md §1.2). The device sees only dense int32
+segment ids in ``[0, N)`` and padded float32 arrays.
 
 Padding rows are all zeros: ``row_mask`` 0, ids 0, returns, rewards, ``action_valid`` and every
 token field 0. Padding tokens of real rows have ``response_mask`` 0 and value 0.

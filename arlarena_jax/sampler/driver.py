@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arlarena_jax.sampler.engine import Engine, Prefix
+from arlarena_jax.sampler.engine import Engine, Prefix, pow2
 from arlarena_jax.sampler.sampling import GREEDY, SamplingParams
 
 
@@ -79,11 +79,6 @@ def _prompt_ids(request: Request, index: int, limit: int, truncate: bool) -> lis
             )
         ids = ids[-limit:]
     return ids
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= n (n >= 1)."""
-    return 1 << (n - 1).bit_length()
 
 
 def find_stop(text: str, stop_strings: Sequence[str]) -> tuple[int, int] | None:
@@ -168,7 +163,7 @@ def member_keys(requests: Sequence[Request], seed: int) -> list[np.ndarray]:
         else:
             by_n.setdefault(r.n, []).append(i)
     for n, members in by_n.items():
-        size = _pow2(len(members))
+        size = pow2(len(members))
         indices, seeds = np.zeros(size, np.int32), np.zeros(size, np.int32)
         explicit = np.zeros(size, bool)
         indices[: len(members)] = members
@@ -233,7 +228,7 @@ def generate(
         (insert_batch draws each slot's), so they are drawn greedily: one compilation for every
         sampling setting."""
         width = engine.bucket_for(max(len(prompts[i]) for i in batch))
-        tokens = np.zeros((_pow2(len(batch)), width), np.int32)
+        tokens = np.zeros((pow2(len(batch)), width), np.int32)
         lengths = np.ones(tokens.shape[0], np.int32)
         for row, i in enumerate(batch):
             tokens[row, : len(prompts[i])] = prompts[i]
@@ -263,7 +258,7 @@ def generate(
         while waiting and samples + requests[waiting[0]].n <= len(free):
             i = waiting[0]
             width = engine.bucket_for(max(longest, len(prompts[i])))
-            if batch and _pow2(len(batch) + 1) * width > engine.config.prefill_batch_tokens:
+            if batch and pow2(len(batch) + 1) * width > engine.config.prefill_batch_tokens:
                 break
             batch.append(waiting.popleft())
             samples += requests[i].n

@@ -526,7 +526,7 @@ class Engine:
                 raise ValueError(f"insert_batch got {budget.size} budgets for {s} slots")
             for b in np.unique(budget):
                 self._budget(int(b))
-        pad = _pow2(s) - s
+        pad = pow2(s) - s
         if pad:  # padding slots index past the last slot: their scatters are dropped
             past = np.full(pad, self.config.max_concurrent_decodes, np.int32)
             slots = np.concatenate([slots, past])
@@ -624,6 +624,6 @@ def _int32(x):
     return np.asarray(x, np.int32)
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
     """The smallest power of two >= n (n >= 1)."""
     return 1 << (n - 1).bit_length()
