@@ -79,12 +79,6 @@ def collect_episodes(
     return episodes
 
 
-def collect_demonstrations(envs: EnvBatch, task_format: TaskFormat, expert_policy: Policy, **kw):
-    """:func:`collect_episodes` flattened: environment 0's kept turns in order, then 1's, …"""
-    episodes = collect_episodes(envs, task_format, expert_policy, **kw)
-    return [turn for episode in episodes for turn in episode]
-
-
 def chunked_episodes(
     envs: EnvBatch,
     seeds: Sequence[int],
