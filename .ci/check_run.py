@@ -82,7 +82,7 @@ def our_greedy(model, prompt: list[int], stops: tuple[int, ...], budget: int) ->
     config = EngineConfig(
         max_concurrent_decodes=1,
         max_prefill_length=len(prompt),
-        max_decode_length=budget,
+        max_new_tokens=budget,
         stop_token_ids=stops,
     )
     engine = Engine(model, config, sampling=GREEDY)

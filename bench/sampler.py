@@ -137,7 +137,7 @@ def check_greedy(theirs, prompts, ours, ref, tie_tol: float) -> str:
 
 def decode_step_seconds(engine: Engine, prompt: np.ndarray, repeats: int) -> float:
     """Our decode-only step: every slot filled with ``prompt``, ``engine.generate`` called back to
-    back for ``max_decode_length`` steps, time per step. A step's cost does not depend on the
+    back for ``max_new_tokens`` steps, time per step. A step's cost does not depend on the
     data (dense attention over the whole cache, masked), so slots that reach their budget during
     the repeats cost the same as active ones."""
     params = engine.load_params()
@@ -146,7 +146,7 @@ def decode_step_seconds(engine: Engine, prompt: np.ndarray, repeats: int) -> flo
     prefix = engine.prefill(params, prompt, len(prompt))
     keys = jax.random.split(jax.random.key(0), slots)
     state = engine.insert_group(prefix, state, list(range(slots)), keys)
-    calls = max(1, engine.config.max_decode_length // k)
+    calls = max(1, engine.config.max_new_tokens // k)
 
     def decode():
         nonlocal state
@@ -157,109 +157,146 @@ def decode_step_seconds(engine: Engine, prompt: np.ndarray, repeats: int) -> flo
     return median_seconds(decode, repeats) / (calls * k)
 
 
-def bench(
-    name: str,
-    batches: list[int],
-    prompt_len: int,
-    new_tokens: int,
-    repeats: int,
-    steps_per_call: int,
-    bandwidth: float,
-    flops: float,
-    tie_tol: float,
-) -> list[Row]:
-    config = preset(name)
-    model = QwenForCausalLM(config, rngs=nnx.Rngs(0))
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The command line's run settings and the machine's measured floors."""
+
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+    steps_per_call: int
+    bandwidth: float  # bytes/s
+    flops: float  # FLOP/s
+    tie_tol: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Floors:
+    """One decode step's bytes to read and its memory-bandwidth and compute floors (seconds)."""
+
+    param_bytes: int
+    kv_bytes: int
+    cache_length: int
+    memory: float
+    compute: float
+
+
+def bench(name: str, batches: list[int], settings: Settings) -> list[Row]:
+    """Every batch size of one preset: random weights, ours against transformers."""
+    model = QwenForCausalLM(preset(name), rngs=nnx.Rngs(0))
     with tempfile.TemporaryDirectory() as directory:
         save_pretrained(model, directory)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
-    param_leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
-    param_bytes = sum(x.nbytes for x in param_leaves)
-    params_m = sum(x.size for x in param_leaves) / 1e6
-    print(f"{name} ({params_m:.1f} M parameters, {param_bytes / 2**20:.1f} MiB)")
-    rows = []
-    for batch in batches:
-        rng = np.random.default_rng(batch)
-        prompts = rng.integers(0, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
-        engine = Engine(
-            model,
-            EngineConfig(
-                max_concurrent_decodes=batch,
-                max_prefill_length=prompt_len,
-                max_decode_length=new_tokens,
-                steps_per_call=steps_per_call,
-                stop_token_ids=(),
-            ),
-            sampling=GREEDY,
-        )
-        requests = [Request(row.tolist(), max_new_tokens=new_tokens) for row in prompts]
-        tids = torch.tensor(prompts, dtype=torch.long)
+    param_bytes, params = param_stats(model)
+    print(f"{name} ({params / 1e6:.1f} M parameters, {param_bytes / 2**20:.1f} MiB)")
+    return [bench_batch(name, model, theirs, batch, settings) for batch in batches]
 
-        def ours(engine=engine, requests=requests):
-            return generate(engine, requests, sampling=GREEDY)
 
-        def transformers_generate(tids=tids):
-            with torch.no_grad():
-                return theirs.generate(
-                    input_ids=tids,
-                    attention_mask=torch.ones_like(tids),
-                    do_sample=False,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    pad_token_id=0,
-                )
+def param_stats(model: QwenForCausalLM) -> tuple[int, int]:
+    """The model's parameter bytes and parameter count."""
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    return sum(x.nbytes for x in leaves), sum(x.size for x in leaves)
 
-        # Warm-up (compiles ours) and the greedy check, before any timing.
-        got = np.array([c[0].token_ids for c in ours()])
-        ref = transformers_generate()[:, prompt_len:].numpy()
-        assert got.shape == ref.shape == (batch, new_tokens), (got.shape, ref.shape)
-        agree = check_greedy(theirs, prompts, got, ref, tie_tol)
 
-        t_ours = median_seconds(ours, repeats, warmup=0)
-        t_theirs = median_seconds(transformers_generate, repeats, warmup=0)
+def make_engine(model: QwenForCausalLM, batch: int, settings: Settings) -> Engine:
+    """A greedy engine with ``batch`` slots, no stop tokens."""
+    config = EngineConfig(
+        max_concurrent_decodes=batch,
+        max_prefill_length=settings.prompt_len,
+        max_new_tokens=settings.new_tokens,
+        steps_per_call=settings.steps_per_call,
+        stop_token_ids=(),
+    )
+    return Engine(model, config, sampling=GREEDY)
 
-        step = decode_step_seconds(engine, prompts[0], repeats)
-        cache_length = engine.config.cache_length
-        kv_bytes = (
-            2
-            * config.num_hidden_layers
-            * batch
-            * cache_length
-            * config.num_key_value_heads
-            * config.head_dim
-            * jnp.dtype(engine.config.cache_dtype).itemsize
-        )
-        floor = (param_bytes + kv_bytes) / bandwidth
-        attention_flops = (
-            4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
-        ) * cache_length
-        compute = batch * (2 * params_m * 1e6 + attention_flops) / flops
-        assert engine.traces["generate"] == 1, engine.traces  # no recompilation while timing
 
-        tokens = batch * new_tokens
-        row = Row(
-            name,
-            params_m,
-            batch,
-            tokens / t_ours,
-            tokens / t_theirs,
-            agree,
-            step * 1e3,
-            floor * 1e3,
-            compute * 1e3,
-        )
-        rows.append(row)
-        print(
-            f"  batch {batch:>3}: transformers {row.theirs_tps:8.0f} tok/s | ours (driver) "
-            f"{row.ours_tps:8.0f} tok/s | ratio {row.ours_tps / row.theirs_tps:.2f}x | greedy "
-            f"agree {agree}\n"
-            f"             decode step {step * 1e3:7.2f} ms ({batch / step:8.0f} tok/s) | floor "
-            f"{floor * 1e3:6.2f} ms (weights {param_bytes / 2**20:.1f} MiB + KV cache "
-            f"{kv_bytes / 2**20:.1f} MiB of {cache_length} tokens) | step/floor "
-            f"{step / floor:.1f}x | compute floor {compute * 1e3:.2f} ms",
-            flush=True,
-        )
-    return rows
+def step_floors(model: QwenForCausalLM, engine: Engine, settings: Settings) -> Floors:
+    """Memory floor = (weights + KV cache bytes) / bandwidth; compute floor = slots · (2 ·
+    parameters + 4 · layers · heads · head_dim · cache length) / FLOP/s."""
+    config = model.config
+    param_bytes, params = param_stats(model)
+    batch, cache_length = engine.max_concurrent_decodes, engine.config.cache_length
+    kv_bytes = (
+        2
+        * config.num_hidden_layers
+        * batch
+        * cache_length
+        * config.num_key_value_heads
+        * config.head_dim
+        * jnp.dtype(engine.config.cache_dtype).itemsize
+    )
+    attention_flops = (
+        4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+    ) * cache_length
+    compute = batch * (2 * params + attention_flops) / settings.flops
+    memory = (param_bytes + kv_bytes) / settings.bandwidth
+    return Floors(param_bytes, kv_bytes, cache_length, memory, compute)
+
+
+def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row:
+    """One batch size: greedy check against transformers, then driver end to end, transformers
+    ``generate`` and our decode-only step, timed."""
+    prompt_len, new_tokens = settings.prompt_len, settings.new_tokens
+    rng = np.random.default_rng(batch)
+    prompts = rng.integers(0, model.config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
+    engine = make_engine(model, batch, settings)
+    requests = [Request(row.tolist(), max_new_tokens=new_tokens) for row in prompts]
+    tids = torch.tensor(prompts, dtype=torch.long)
+
+    def ours():
+        return generate(engine, requests, sampling=GREEDY)
+
+    def transformers_generate():
+        with torch.no_grad():
+            return theirs.generate(
+                input_ids=tids,
+                attention_mask=torch.ones_like(tids),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=0,
+            )
+
+    # Warm-up (compiles ours) and the greedy check, before any timing.
+    got = np.array([c[0].token_ids for c in ours()])
+    ref = transformers_generate()[:, prompt_len:].numpy()
+    assert got.shape == ref.shape == (batch, new_tokens), (got.shape, ref.shape)
+    agree = check_greedy(theirs, prompts, got, ref, settings.tie_tol)
+
+    t_ours = median_seconds(ours, settings.repeats, warmup=0)
+    t_theirs = median_seconds(transformers_generate, settings.repeats, warmup=0)
+    step = decode_step_seconds(engine, prompts[0], settings.repeats)
+    floors = step_floors(model, engine, settings)
+    assert engine.traces["generate"] == 1, engine.traces  # no recompilation while timing
+
+    tokens = batch * new_tokens
+    row = Row(
+        name,
+        param_stats(model)[1] / 1e6,
+        batch,
+        tokens / t_ours,
+        tokens / t_theirs,
+        agree,
+        step * 1e3,
+        floors.memory * 1e3,
+        floors.compute * 1e3,
+    )
+    print_row(row, step, floors)
+    return row
+
+
+def print_row(row: Row, step: float, floors: Floors) -> None:
+    floor, batch = floors.memory, row.batch
+    print(
+        f"  batch {batch:>3}: transformers {row.theirs_tps:8.0f} tok/s | ours (driver) "
+        f"{row.ours_tps:8.0f} tok/s | ratio {row.ours_tps / row.theirs_tps:.2f}x | greedy "
+        f"agree {row.agree}\n"
+        f"             decode step {step * 1e3:7.2f} ms ({batch / step:8.0f} tok/s) | floor "
+        f"{floor * 1e3:6.2f} ms (weights {floors.param_bytes / 2**20:.1f} MiB + KV cache "
+        f"{floors.kv_bytes / 2**20:.1f} MiB of {floors.cache_length} tokens) | step/floor "
+        f"{step / floor:.1f}x | compute floor {floors.compute * 1e3:.2f} ms",
+        flush=True,
+    )
 
 
 def markdown(rows: list[Row]) -> str:
@@ -312,19 +349,18 @@ def main() -> None:
         f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, steps_per_call "
         f"{args.steps_per_call}, median of {args.repeats} after a warm-up (compilation excluded)"
     )
+    settings = Settings(
+        args.prompt_len,
+        args.new_tokens,
+        args.repeats,
+        args.steps_per_call,
+        bandwidth,
+        flops,
+        args.tie_tol,
+    )
     rows = []
     for name in args.presets:
-        rows += bench(
-            name,
-            args.batches,
-            args.prompt_len,
-            args.new_tokens,
-            args.repeats,
-            args.steps_per_call,
-            bandwidth,
-            flops,
-            args.tie_tol,
-        )
+        rows += bench(name, args.batches, settings)
     print()
     print(markdown(rows))
     print(f"\n({time.perf_counter() - start:.0f} s in all)")

@@ -72,7 +72,7 @@ def our_greedy(model, prompt: list[int], stop_ids: tuple[int, ...]) -> list[int]
     config = EngineConfig(
         max_concurrent_decodes=1,
         max_prefill_length=64,
-        max_decode_length=BUDGET,
+        max_new_tokens=BUDGET,
         stop_token_ids=stop_ids,
         min_prefill_bucket=64,
     )

@@ -57,7 +57,7 @@ def engine(model):
     config = EngineConfig(
         max_concurrent_decodes=2,
         max_prefill_length=16,
-        max_decode_length=8,
+        max_new_tokens=8,
         min_prefill_bucket=16,
         steps_per_call=2,
     )
@@ -158,7 +158,7 @@ def engine_with(model, **overrides) -> Engine:
     config = dict(
         max_concurrent_decodes=4,
         max_prefill_length=16,
-        max_decode_length=8,
+        max_new_tokens=8,
         min_prefill_bucket=8,
         steps_per_call=2,
     )
@@ -289,7 +289,7 @@ def test_stop_token_ends_the_sample(model):
     config = EngineConfig(
         max_concurrent_decodes=2,
         max_prefill_length=16,
-        max_decode_length=8,
+        max_new_tokens=8,
         min_prefill_bucket=16,
         stop_token_ids=(stop_id,),
     )
@@ -317,7 +317,11 @@ def test_long_prompts_error_or_truncate(model, engine):
         ({}, [Request(PROMPTS[0], n=3)], r"request 0: n=3 samples, the engine has 2 slots"),
         ({}, [Request([])], r"request 0 has an empty prompt"),
         ({"stop_strings": ["x"]}, [Request(PROMPTS[0])], r"stop_strings need a tokenizer"),
-        ({}, [Request(PROMPTS[0], max_new_tokens=9)], r"max_new_tokens 9 outside 1..max_decode"),
+        (
+            {},
+            [Request(PROMPTS[0], max_new_tokens=9)],
+            r"max_new_tokens 9 outside 1\.\.max_new_tokens 8",
+        ),
     ],
 )
 def test_usage_errors(engine, kwargs, requests, match):

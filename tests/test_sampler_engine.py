@@ -53,7 +53,7 @@ COMMON = dict(
 )
 # Two prefill buckets (8, 16); a cache of 32 tokens per slot.
 BASE = dict(
-    max_concurrent_decodes=4, max_prefill_length=16, max_decode_length=16, min_prefill_bucket=8
+    max_concurrent_decodes=4, max_prefill_length=16, max_new_tokens=16, min_prefill_bucket=8
 )
 WIDTH = 32  # the naive loop's padded sequence length (= the engine's cache length)
 PROMPTS = [[5, 17, 3], [9, 8, 7, 6, 5, 4, 3, 2, 1, 10, 11, 12, 13], [200, 1, 77, 31, 4, 4, 90], []]
@@ -545,7 +545,7 @@ def test_bfloat16_cache_agrees_with_float32(engine_for, greedy_reference):
 # ---- 8. errors -----------------------------------------------------------------------------------
 
 
-def test_engine_errors(engine_for):
+def test_engine_errors(engine_for, models):
     engine = engine_for("qwen3")
     params = engine.load_params()
     prefix = engine.prefill(params, padded(PROMPTS[0], engine), 3)
@@ -560,16 +560,17 @@ def test_engine_errors(engine_for):
         engine.insert_group(prefix, state, [1, 1], keys[:2])
     with pytest.raises(ValueError, match="3 keys for 2 slots"):
         engine.insert_group(prefix, state, [0, 1], keys[:3])
-    with pytest.raises(ValueError, match=r"max_new_tokens 17 outside 1\.\.max_decode_length 16"):
+    with pytest.raises(ValueError, match=r"max_new_tokens 17 outside 1\.\.max_new_tokens 16"):
         engine.insert(prefix, state, 0, max_new_tokens=17)
     with pytest.raises(ValueError, match="prompt of 17 tokens exceeds max_prefill_length 16"):
         engine.prefill(params, np.ones(17, np.int32), 17)
     with pytest.raises(ValueError, match=r"true_length 9 outside 1\.\.8"):
         engine.prefill(params, np.ones(8, np.int32), 9)
-    with pytest.raises(ValueError, match="steps_per_call"):
-        EngineConfig(steps_per_call=0)
-    with pytest.raises(ValueError, match="cache_dtype"):
-        EngineConfig(cache_dtype="float16")
+    model = models["qwen3"][1]
+    with pytest.raises(ValueError, match="engine steps_per_call must be >= 1, got 0"):
+        Engine(model, EngineConfig(**(BASE | {"steps_per_call": 0})))
+    with pytest.raises(ValueError, match="engine cache_dtype must be float32 or bfloat16"):
+        Engine(model, EngineConfig(**(BASE | {"cache_dtype": "float16"})))
 
 
 def test_batched_prefill_and_insert_errors(engine_for):
@@ -605,7 +606,7 @@ def test_batched_prefill_and_insert_errors(engine_for):
         engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:3])
     with pytest.raises(ValueError, match="insert_batch got 3 budgets for 2 slots"):
         engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:2], max_new_tokens=[4, 4, 4])
-    with pytest.raises(ValueError, match=r"max_new_tokens 17 outside 1\.\.max_decode_length 16"):
+    with pytest.raises(ValueError, match=r"max_new_tokens 17 outside 1\.\.max_new_tokens 16"):
         engine.insert_batch(prefix, state, [0, 1], [0, 1], keys[:2], max_new_tokens=[4, 17])
 
 

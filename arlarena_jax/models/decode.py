@@ -3,9 +3,11 @@
 A :class:`KVCache` holds, per layer, keys and values ``[B, kv_heads, L, head_dim]`` for ``B``
 sequences (decode slots) of capacity ``L``: the layout the attention matmuls read directly, so a
 decode step copies nothing but the new token's keys and values. :func:`forward_cached` runs ``T``
-new tokens per row, writes their keys/values at cache indices ``write_at[b] … write_at[b] + T − 1``
-and lets the query at index i attend to every cache index j ≤ i (causal over the cache; indices
-past a row's length hold stale values and are never attended).
+new tokens per row through the model's own layers
+(:meth:`~arlarena_jax.models.qwen.QwenForCausalLM.hidden_states_cached`), writes their
+keys/values at cache indices ``write_at[b] … write_at[b] + T − 1`` and lets the query at index i
+attend to every cache index j ≤ i (causal over the cache; indices past a row's length hold stale
+values and are never attended).
 
 Prefill is ``T`` = the (right-padded) prompt length with ``write_at = 0`` into a cache of the
 prompt's length; decoding is ``T = 1`` with ``write_at`` = each row's current length. Logits are
@@ -14,30 +16,15 @@ float32, as in :class:`~arlarena_jax.models.qwen.QwenForCausalLM`.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
 from arlarena_jax.models.config import QwenConfig
-from arlarena_jax.models.qwen import (
-    Attention,
-    DecoderLayer,
-    QwenForCausalLM,
-    attention_kv_major,
-    dense,
-)
+from arlarena_jax.models.qwen import KVCache, LayerKV, QwenForCausalLM
 
 Array = jax.Array
 
-
-class KVCache(NamedTuple):
-    k: tuple[Array, ...]  # per layer [B, kv_heads, L, head_dim]
-    v: tuple[Array, ...]
-
-    @property
-    def capacity(self) -> int:
-        return self.k[0].shape[2]
+__all__ = ["KVCache", "LayerKV", "empty_cache", "forward_cached", "hidden_cached"]
 
 
 def empty_cache(config: QwenConfig, batch: int, length: int, dtype=jnp.float32) -> KVCache:
@@ -48,44 +35,6 @@ def empty_cache(config: QwenConfig, batch: int, length: int, dtype=jnp.float32) 
         tuple(jnp.zeros(shape, dtype) for _ in layers),
         tuple(jnp.zeros(shape, dtype) for _ in layers),
     )
-
-
-def _write_rows(cache: Array, new: Array, write_at: Array) -> Array:
-    """cache[b, :, write_at[b] : write_at[b] + T] = new[b] for every row b.
-
-    ``cache`` ``[B, kv_heads, L, d]``; ``new`` ``[B, T, kv_heads, d]`` (the projection layout).
-    """
-
-    def one(c, n, i):
-        return jax.lax.dynamic_update_slice(c, n.swapaxes(0, 1).astype(c.dtype), (0, i, 0))
-
-    return jax.vmap(one)(cache, new, write_at)
-
-
-def _attend_cached(
-    attn: Attention,
-    x: Array,
-    cos: Array,
-    sin: Array,
-    k_cache: Array,
-    v_cache: Array,
-    write_at: Array,
-    allowed: Array,
-) -> tuple[Array, Array, Array]:
-    b, t, _ = x.shape
-    q, k, v = attn.qkv(x, cos, sin)
-    k_cache = _write_rows(k_cache, k, write_at)
-    v_cache = _write_rows(v_cache, v, write_at)
-    out = attention_kv_major(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), allowed)
-    return dense(attn.o_proj, out.reshape(b, t, -1)), k_cache, v_cache
-
-
-def _layer_cached(layer: DecoderLayer, x, cos, sin, k_cache, v_cache, write_at, allowed):
-    h, k_cache, v_cache = _attend_cached(
-        layer.self_attn, layer.input_layernorm(x), cos, sin, k_cache, v_cache, write_at, allowed
-    )
-    x = x + h
-    return x + layer.mlp(layer.post_attention_layernorm(x)), k_cache, v_cache
 
 
 def hidden_cached(
@@ -101,18 +50,7 @@ def hidden_cached(
     ``positions`` ``[B, T]`` are the rotary positions (the count of real tokens before each one);
     ``write_at`` ``[B]`` the cache index of each row's first new token.
     """
-    t = tokens.shape[1]
-    query_index = write_at[:, None] + jnp.arange(t)[None, :]  # [B, T]
-    key_index = jnp.arange(cache.capacity)
-    allowed = key_index[None, None, :] <= query_index[:, :, None]  # [B, T, L]
-    cos, sin = model.rope(positions)
-    x = model.model.embed_tokens(tokens)
-    ks, vs = [], []
-    for layer, k_cache, v_cache in zip(model.model.layers, cache.k, cache.v, strict=True):
-        x, k_cache, v_cache = _layer_cached(layer, x, cos, sin, k_cache, v_cache, write_at, allowed)
-        ks.append(k_cache)
-        vs.append(v_cache)
-    return model.model.norm(x), KVCache(tuple(ks), tuple(vs))
+    return model.hidden_states_cached(tokens, positions, cache, write_at)
 
 
 def forward_cached(

@@ -2,7 +2,7 @@
 
 For position t ≥ 1: lp[b, t] = log softmax(z_{t−1}/τ)[x_t] and H[b, t] = logsumexp(z/τ) −
 Σ softmax(z/τ)·z/τ, with z_{t−1} the logits after the prefix x_{<t} and τ the sampling temperature
-(spec §1: logits are divided by the rollout temperature). Position 0 has no prediction: 0.
+(logits are divided by the rollout temperature). Position 0 has no prediction: 0.
 
 The sequence is cut into chunks of ``chunk_size`` positions; a ``lax.scan`` computes one chunk's
 logits at a time and ``jax.checkpoint`` recomputes them in the backward pass, so the peak extra

@@ -9,9 +9,17 @@ tensor ``model.layers.3.self_attn.q_proj.weight`` is ``model.layers[3].self_attn
 Padding: ``attention_mask`` ``[B, S]`` marks real tokens (left-padded prompts, right-padded
 responses). Keys that are padding are never attended to; positions default to the count of real
 tokens before each one, so a left-padded prompt gets the positions it would have unpadded.
+
+KV cache: the same layers serve cached prefill and decoding
+(:meth:`QwenForCausalLM.hidden_states_cached`). A :class:`KVCache` holds per layer keys and values
+``[B, kv_heads, L, head_dim]`` (the layout the attention matmuls read); a call writes its ``T`` new
+tokens' keys/values at cache indices ``write_at[b] … write_at[b] + T − 1`` and the query at index
+i attends to every index j ≤ i.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +90,66 @@ def attention_kv_major(q: Array, k: Array, v: Array, allowed: Array) -> Array:
     return out.reshape(b, kv, g, s, d).transpose(0, 3, 1, 2, 4).reshape(b, s, heads, d)
 
 
+def write_rows(cache: Array, new: Array, write_at: Array) -> Array:
+    """cache[b, :, write_at[b] : write_at[b] + T] = new[b] for every row b.
+
+    ``cache`` ``[B, kv_heads, L, d]``; ``new`` ``[B, T, kv_heads, d]`` (the projection layout).
+    """
+
+    def one(c, n, i):
+        return jax.lax.dynamic_update_slice(c, n.swapaxes(0, 1).astype(c.dtype), (0, i, 0))
+
+    return jax.vmap(one)(cache, new, write_at)
+
+
+class LayerKV(NamedTuple):
+    """One layer's cached keys and values, each ``[B, kv_heads, L, head_dim]``, and the cache
+    index ``write_at`` ``[B]`` of each row's first new token in this call."""
+
+    k: Array
+    v: Array
+    write_at: Array
+
+    def write(self, k: Array, v: Array) -> LayerKV:
+        """The cache with new keys/values ``[B, T, kv_heads, d]`` at ``write_at[b] …`` (row b)."""
+        at = self.write_at
+        return LayerKV(write_rows(self.k, k, at), write_rows(self.v, v, at), at)
+
+
+class KVCache(NamedTuple):
+    """Every layer's cache: ``k[i]``, ``v[i]`` ``[B, kv_heads, L, head_dim]`` for layer i."""
+
+    k: tuple[Array, ...]
+    v: tuple[Array, ...]
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    def layers(self, write_at: Array) -> tuple[LayerKV, ...]:
+        """Per-layer views that write at ``write_at`` ``[B]``."""
+        return tuple(LayerKV(k, v, write_at) for k, v in zip(self.k, self.v, strict=True))
+
+    @staticmethod
+    def from_layers(layers) -> KVCache:
+        return KVCache(tuple(kv.k for kv in layers), tuple(kv.v for kv in layers))
+
+
+def padded_causal_mask(real: Array) -> Array:
+    """allowed[b, i, j] = j ≤ i ∧ real[b, j] for ``real`` ``[B, S]`` (bool): ``[B, S, S]``."""
+    s = real.shape[1]
+    causal = jnp.tril(jnp.ones((s, s), bool))
+    return causal[None] & real[:, None, :]
+
+
+def cache_mask(write_at: Array, length: int, capacity: int) -> Array:
+    """allowed[b, i, j] = j ≤ write_at[b] + i: ``[B, length, capacity]``, causal over the cache
+    (indices past a row's length hold stale values and are never attended)."""
+    query_index = write_at[:, None] + jnp.arange(length)[None, :]  # [B, T]
+    key_index = jnp.arange(capacity)
+    return key_index[None, None, :] <= query_index[:, :, None]
+
+
 class Attention(nnx.Module):
     def __init__(self, config: QwenConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         c = config
@@ -116,10 +184,23 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def __call__(self, x: Array, cos: Array, sin: Array, allowed: Array) -> Array:
+    def __call__(
+        self, x: Array, cos: Array, sin: Array, allowed: Array, kv: LayerKV | None = None
+    ) -> tuple[Array, LayerKV | None]:
+        """o_proj(attention(q, k, v)) of ``x`` ``[B, S, hidden]`` and the updated cache.
+
+        Without ``kv`` the keys are ``x``'s own (``allowed`` ``[B, S, S]``; returns ``None`` for
+        the cache). With ``kv``, ``x``'s keys/values are written at ``kv.write_at[b] …`` and the
+        queries attend over the whole cache (``allowed`` ``[B, S, L]``).
+        """
         b, s, _ = x.shape
         q, k, v = self.qkv(x, cos, sin)
-        return dense(self.o_proj, attention(q, k, v, allowed).reshape(b, s, -1))
+        if kv is None:
+            out = attention(q, k, v, allowed)
+        else:
+            kv = kv.write(k, v)
+            out = attention_kv_major(q, kv.k.astype(q.dtype), kv.v.astype(q.dtype), allowed)
+        return dense(self.o_proj, out.reshape(b, s, -1)), kv
 
 
 class MLP(nnx.Module):
@@ -149,9 +230,14 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, param_dtype=param_dtype)
         self.mlp = MLP(config, **kw)
 
-    def __call__(self, x: Array, cos: Array, sin: Array, allowed: Array) -> Array:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, allowed)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __call__(
+        self, x: Array, cos: Array, sin: Array, allowed: Array, kv: LayerKV | None = None
+    ) -> tuple[Array, LayerKV | None]:
+        """h = x + attn(norm(x)); h + mlp(norm(h)), and the layer's updated cache (see
+        :meth:`Attention.__call__` for ``kv``)."""
+        h, kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, kv)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
 
 
 class QwenBody(nnx.Module):
@@ -173,8 +259,8 @@ class QwenBody(nnx.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
 
 
-def _call_layer(layer: DecoderLayer, x: Array, cos: Array, sin: Array, allowed: Array) -> Array:
-    return layer(x, cos, sin, allowed)
+def _call_layer(layer: DecoderLayer, x, cos, sin, allowed, kv):
+    return layer(x, cos, sin, allowed, kv)
 
 
 class QwenForCausalLM(nnx.Module):
@@ -224,23 +310,49 @@ class QwenForCausalLM(nnx.Module):
     def hidden_states(
         self, input_ids: Array, attention_mask: Array | None = None, positions: Array | None = None
     ) -> Array:
-        """Final-norm hidden states ``[B, S, hidden]``."""
+        """Final-norm hidden states ``[B, S, hidden]`` (no cache; ``remat`` applies)."""
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         real = attention_mask > 0
         if positions is None:
             positions = jnp.maximum(jnp.cumsum(real, axis=-1) - 1, 0)
-        s = input_ids.shape[1]
-        causal = jnp.tril(jnp.ones((s, s), bool))
-        allowed = causal[None] & real[:, None, :]
+        hidden, _ = self.decoder(input_ids, positions, padded_causal_mask(real))
+        return hidden
+
+    def hidden_states_cached(
+        self, tokens: Array, positions: Array, cache: KVCache, write_at: Array
+    ) -> tuple[Array, KVCache]:
+        """Final-norm hidden states ``[B, T, hidden]`` of ``tokens`` ``[B, T]`` and the cache with
+        their keys/values written at ``write_at[b] … write_at[b] + T − 1`` (``write_at`` ``[B]``).
+
+        ``positions`` ``[B, T]`` are the rotary positions; the query at cache index i attends to
+        every index j ≤ i (:func:`cache_mask`).
+        """
+        allowed = cache_mask(write_at, tokens.shape[1], cache.capacity)
+        return self.decoder(tokens, positions, allowed, cache, write_at)
+
+    def decoder(
+        self,
+        tokens: Array,
+        positions: Array,
+        allowed: Array,
+        cache: KVCache | None = None,
+        write_at: Array | None = None,
+    ) -> tuple[Array, KVCache | None]:
+        """Embedding → every :class:`DecoderLayer` → final norm, with an optional cache (the
+        layers' ``kv``); ``remat`` wraps each layer only without a cache (training)."""
         cos, sin = self.rope(positions)
-        x = self.model.embed_tokens(input_ids)
+        x = self.model.embed_tokens(tokens)
         run = _call_layer
-        if self.remat is not None:
+        if self.remat is not None and cache is None:
             run = nnx.remat(_call_layer, policy=getattr(jax.checkpoint_policies, self.remat))
-        for layer in self.model.layers:
-            x = run(layer, x, cos, sin, allowed)
-        return self.model.norm(x)
+        layer_kvs = (None,) * len(self.model.layers) if cache is None else cache.layers(write_at)
+        new_kvs = []
+        for layer, kv in zip(self.model.layers, layer_kvs, strict=True):
+            x, kv = run(layer, x, cos, sin, allowed, kv)
+            new_kvs.append(kv)
+        new_cache = None if cache is None else KVCache.from_layers(new_kvs)
+        return self.model.norm(x), new_cache
 
     def logits(self, hidden: Array) -> Array:
         """LM head on hidden states, float32 logits (on ``[tokens, hidden]``, see :func:`dense`)."""

@@ -192,8 +192,31 @@ def generate(
     """Samples for every request: ``result[i][j]`` is sample j of request i (see module doc)."""
     if stop_strings and tokenizer is None:
         raise ValueError("stop_strings need a tokenizer to read the generated text")
-    slots = engine.max_concurrent_decodes
-    max_decode = engine.config.max_decode_length
+    budgets = _request_budgets(
+        requests, engine.max_concurrent_decodes, engine.config.max_new_tokens
+    )
+    prompts = [
+        _prompt_ids(r, i, engine.max_prefill_length, truncate_prompts)
+        for i, r in enumerate(requests)
+    ]
+    run = _Run(
+        engine,
+        requests,
+        prompts,
+        budgets,
+        tokenizer=tokenizer,
+        params=engine.load_params() if params is None else params,
+        sampling=sampling,
+        stop_strings=stop_strings,
+        include_stop_string=include_stop_string,
+        seed=seed,
+        progress=progress,
+    )
+    return run.loop()
+
+
+def _request_budgets(requests: Sequence[Request], slots: int, max_decode: int) -> list[int]:
+    """Each request's max new tokens, after checking its sample count and budget."""
     budgets = []
     for i, r in enumerate(requests):
         if not 1 <= r.n <= slots:
@@ -201,61 +224,114 @@ def generate(
         budget = max_decode if r.max_new_tokens is None else r.max_new_tokens
         if not 1 <= budget <= max_decode:
             raise ValueError(
-                f"request {i}: max_new_tokens {budget} outside 1..max_decode_length {max_decode}"
+                f"request {i}: max_new_tokens {budget} outside 1..max_new_tokens {max_decode}"
             )
         budgets.append(budget)
-    params = engine.load_params() if params is None else params
-    prompts = [
-        _prompt_ids(r, i, engine.max_prefill_length, truncate_prompts)
-        for i, r in enumerate(requests)
-    ]
+    return budgets
 
-    def decode(ids):
-        return tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else ""
 
-    results: list[list[Completion | None]] = [[None] * r.n for r in requests]
-    keys = member_keys(requests, seed) if requests else []
-    waiting = deque(range(len(requests)))
-    lone: tuple[Prefix, deque] | None = None  # a request prefilled alone, its members left
-    free = deque(range(slots))
-    running: dict[int, _Sample] = {}
-    state = engine.init_decode_state(seed)
-    bar = _progress_bar(sum(r.n for r in requests)) if progress else None
+class _Run:
+    """One :func:`generate` call's host state: the waiting queue, free slots, running samples,
+    the decode state and the results."""
 
-    def prefill(batch: list[int]) -> Prefix:
+    def __init__(
+        self,
+        engine: Engine,
+        requests: Sequence[Request],
+        prompts: list[list[int]],
+        budgets: list[int],
+        *,
+        tokenizer,
+        params,
+        sampling: SamplingParams | None,
+        stop_strings: Sequence[str],
+        include_stop_string: bool,
+        seed: int,
+        progress: bool,
+    ):
+        self.engine, self.requests, self.prompts, self.budgets = engine, requests, prompts, budgets
+        self.tokenizer, self.params, self.sampling = tokenizer, params, sampling
+        self.stop_strings, self.include_stop_string = stop_strings, include_stop_string
+        self.results: list[list[Completion | None]] = [[None] * r.n for r in requests]
+        self.keys = member_keys(requests, seed) if requests else []
+        self.waiting = deque(range(len(requests)))
+        self.lone: tuple[Prefix, deque] | None = None  # a request prefilled alone, members left
+        self.free = deque(range(engine.max_concurrent_decodes))
+        self.running: dict[int, _Sample] = {}
+        self.state = engine.init_decode_state(seed)
+        self.bar = _progress_bar(sum(r.n for r in requests)) if progress else None
+
+    def decode(self, ids) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def loop(self) -> list[list[Completion]]:
+        """Fill free slots, decode, collect; until every sample is finished."""
+        while self.waiting or self.lone or self.running:
+            self.fill_free_slots()
+            self.state, result = self.engine.generate(
+                self.params, self.state, sampling=self.sampling
+            )
+            self.collect(result)
+        if self.bar is not None:
+            self.bar.close()
+        return self.results  # type: ignore[return-value]
+
+    def fill_free_slots(self) -> None:
+        """Insert waiting samples while slots are free: a lone request's remaining members first,
+        else a request with more samples than free slots (prefilled alone), else a batch."""
+        requests = self.requests
+        while self.free and (self.lone or self.waiting):
+            if self.lone is None and requests[self.waiting[0]].n > len(self.free):
+                index = self.waiting.popleft()
+                members = deque((0, index, m) for m in range(requests[index].n))
+                self.lone = (self.prefill([index]), members)
+            if self.lone is not None:
+                prefix, members = self.lone
+                take = min(len(self.free), len(members))
+                self.insert(prefix, [members.popleft() for _ in range(take)])
+                self.lone = self.lone if members else None
+                continue
+            batch = self.next_batch()
+            picks = [(row, i, m) for row, i in enumerate(batch) for m in range(requests[i].n)]
+            self.insert(self.prefill(batch), picks)
+
+    def prefill(self, batch: list[int]) -> Prefix:
         """The batch's prompts in one call: rows padded to a power of two with 1-token dummies,
         columns to the bucket of the longest prompt. The prefix's own first tokens are unused
         (insert_batch draws each slot's), so they are drawn greedily: one compilation for every
         sampling setting."""
-        width = engine.bucket_for(max(len(prompts[i]) for i in batch))
+        prompts = self.prompts
+        width = self.engine.bucket_for(max(len(prompts[i]) for i in batch))
         tokens = np.zeros((pow2(len(batch)), width), np.int32)
         lengths = np.ones(tokens.shape[0], np.int32)
         for row, i in enumerate(batch):
             tokens[row, : len(prompts[i])] = prompts[i]
             lengths[row] = len(prompts[i])
-        return engine.prefill_batch(params, tokens, lengths, sampling=GREEDY)
+        return self.engine.prefill_batch(self.params, tokens, lengths, sampling=GREEDY)
 
-    def insert(prefix: Prefix, picks: list[tuple[int, int, int]]) -> None:
+    def insert(self, prefix: Prefix, picks: list[tuple[int, int, int]]) -> None:
         """(prefix row, request, member) per pick, each into the next free slot."""
-        nonlocal state
-        chosen = [free.popleft() for _ in picks]
-        state = engine.insert_batch(
+        chosen = [self.free.popleft() for _ in picks]
+        self.state = self.engine.insert_batch(
             prefix,
-            state,
+            self.state,
             chosen,
             [row for row, _, _ in picks],
-            np.stack([keys[i][m] for _, i, m in picks]),
-            max_new_tokens=[budgets[i] for _, i, _ in picks],
-            sampling=sampling,
+            np.stack([self.keys[i][m] for _, i, m in picks]),
+            max_new_tokens=[self.budgets[i] for _, i, _ in picks],
+            sampling=self.sampling,
         )
         for slot, (_, i, m) in zip(chosen, picks, strict=True):
-            running[slot] = _Sample(i, m)
+            self.running[slot] = _Sample(i, m)
 
-    def next_batch() -> list[int]:
+    def next_batch(self) -> list[int]:
         """Waiting requests, in order, while their samples fit in the free slots and the padded
         batch × bucket stays within the engine's prefill_batch_tokens."""
+        engine, requests, prompts, waiting = self.engine, self.requests, self.prompts, self.waiting
         batch, samples, longest = [], 0, 0
-        while waiting and samples + requests[waiting[0]].n <= len(free):
+        while waiting and samples + requests[waiting[0]].n <= len(self.free):
             i = waiting[0]
             width = engine.bucket_for(max(longest, len(prompts[i])))
             if batch and pow2(len(batch) + 1) * width > engine.config.prefill_batch_tokens:
@@ -265,56 +341,44 @@ def generate(
             longest = max(longest, len(prompts[i]))
         return batch
 
-    def finish(slot: int, sample: _Sample, reason: str, text: str | None = None) -> None:
-        prompt = prompts[sample.request]
-        text = decode(sample.tokens) if text is None else text
-        results[sample.request][sample.member] = Completion(
-            prompt, sample.tokens, sample.log_probs, text, reason
-        )
-        del running[slot]
-        free.append(slot)
-        if bar is not None:
-            bar.update(1)
-
-    while waiting or lone or running:
-        while free and (lone or waiting):
-            if lone is None and requests[waiting[0]].n > len(free):
-                index = waiting.popleft()  # more samples than free slots: fill them as they free
-                members = deque((0, index, m) for m in range(requests[index].n))
-                lone = (prefill([index]), members)
-            if lone is not None:
-                prefix, members = lone
-                insert(prefix, [members.popleft() for _ in range(min(len(free), len(members)))])
-                lone = lone if members else None
-                continue
-            batch = next_batch()
-            picks = [(row, i, m) for row, i in enumerate(batch) for m in range(requests[i].n)]
-            insert(prefill(batch), picks)
-        state, result = engine.generate(params, state, sampling=sampling)
+    def collect(self, result) -> None:
+        """Append each running slot's new tokens; finish the slots that stopped."""
         tokens, valid, log_probs, done = jax.device_get(
             (result.tokens, result.valid, result.log_probs, result.done)
         )
-        for slot, sample in list(running.items()):
+        for slot, sample in list(self.running.items()):
             keep = valid[slot]
             sample.tokens += tokens[slot][keep].tolist()
             sample.log_probs += log_probs[slot][keep].tolist()
-            if stop_strings:
-                n_cut = cut_at_stop_tail(sample.tokens, sample.checked, decode, stop_strings)
-                sample.checked = len(sample.tokens)
-                if n_cut is not None:
-                    del sample.tokens[n_cut:], sample.log_probs[n_cut:]
-                    text = decode(sample.tokens)
-                    start, end = find_stop(text, stop_strings)
-                    finish(
-                        slot, sample, "stop_string", text[: end if include_stop_string else start]
-                    )
-                    continue
+            if self.stop_strings and self.cut_stop_string(slot, sample):
+                continue
             if done[slot]:
-                stopped = sample.tokens and sample.tokens[-1] in engine.config.stop_token_ids
-                finish(slot, sample, "stop" if stopped else "length")
-    if bar is not None:
-        bar.close()
-    return results  # type: ignore[return-value]
+                stopped = sample.tokens and sample.tokens[-1] in self.engine.config.stop_token_ids
+                self.finish(slot, sample, "stop" if stopped else "length")
+
+    def cut_stop_string(self, slot: int, sample: _Sample) -> bool:
+        """Cut the sample after its first stop string and finish it; whether one was found."""
+        stops = self.stop_strings
+        n_cut = cut_at_stop_tail(sample.tokens, sample.checked, self.decode, stops)
+        sample.checked = len(sample.tokens)
+        if n_cut is None:
+            return False
+        del sample.tokens[n_cut:], sample.log_probs[n_cut:]
+        text = self.decode(sample.tokens)
+        start, end = find_stop(text, stops)
+        self.finish(slot, sample, "stop_string", text[: end if self.include_stop_string else start])
+        return True
+
+    def finish(self, slot: int, sample: _Sample, reason: str, text: str | None = None) -> None:
+        prompt = self.prompts[sample.request]
+        text = self.decode(sample.tokens) if text is None else text
+        self.results[sample.request][sample.member] = Completion(
+            prompt, sample.tokens, sample.log_probs, text, reason
+        )
+        del self.running[slot]
+        self.free.append(slot)
+        if self.bar is not None:
+            self.bar.update(1)
 
 
 def _progress_bar(total: int):

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,44 +91,51 @@ class ResultTokens(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
-    """Static engine settings (a change means a new engine)."""
+    """Static engine settings (a change means a new engine); also the trainer config's
+    ``sampler`` keys. :func:`invalid_engine` is their one validator."""
 
-    max_concurrent_decodes: int = 8  # decode slots
-    max_prefill_length: int = 512
-    max_decode_length: int = 512  # max new tokens per request
-    stop_token_ids: tuple[int, ...] = ()
-    steps_per_call: int = 1  # decode steps per generate() call
-    cache_dtype: str = "float32"  # or "bfloat16"
-    min_prefill_bucket: int = 16
+    max_concurrent_decodes: int = 128  # decode slots
+    max_prefill_length: int = 2048  # longest prompt (data.max_prompt_length)
+    max_new_tokens: int = 512  # longest response per request (data.max_response_length)
+    stop_token_ids: tuple[int, ...] = ()  # the trainer adds the tokenizer's end-of-turn ids
+    steps_per_call: int = 8  # decode steps per generate() call
+    cache_dtype: Literal["float32", "bfloat16"] = "float32"
+    min_prefill_bucket: int = 128  # smallest prefill length (capped at max_prefill_length)
     # The driver's cap on one prefill_batch: padded prompts × bucket length (a lone prompt always
     # runs). It bounds prefill activations (attention scores grow with batch × bucket²); on CPU,
     # 16-32 prompts of 128 tokens ran faster than 128 at once (cache-sized activations).
     prefill_batch_tokens: int = 4096
 
-    def __post_init__(self) -> None:
-        names = ("max_concurrent_decodes", "max_prefill_length", "max_decode_length")
-        for name in (*names, "prefill_batch_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"engine {name} must be >= 1, got {getattr(self, name)}")
-        if self.steps_per_call < 1:
-            raise ValueError(f"engine steps_per_call must be >= 1, got {self.steps_per_call}")
-        if self.cache_dtype not in ("float32", "bfloat16"):
-            raise ValueError(
-                f"engine cache_dtype must be float32 or bfloat16: {self.cache_dtype!r}"
-            )
-
     @property
     def cache_length(self) -> int:
-        return self.max_prefill_length + self.max_decode_length
+        return self.max_prefill_length + self.max_new_tokens
 
     @property
     def prefill_buckets(self) -> tuple[int, ...]:
         """Powers of two from ``min_prefill_bucket``, capped by (and ending at) the max length."""
-        buckets, size = [], self.min_prefill_bucket
+        buckets, size = [], min(self.min_prefill_bucket, self.max_prefill_length)
         while size < self.max_prefill_length:
             buckets.append(size)
             size *= 2
         return (*buckets, self.max_prefill_length)
+
+
+def invalid_engine(config: EngineConfig) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for every setting out of range."""
+    for name in (
+        "max_concurrent_decodes",
+        "max_prefill_length",
+        "max_new_tokens",
+        "steps_per_call",
+        "min_prefill_bucket",
+        "prefill_batch_tokens",
+    ):
+        if not getattr(config, name) >= 1:
+            yield name, f"must be >= 1, got {getattr(config, name)!r}"
+    if config.cache_dtype not in ("float32", "bfloat16"):
+        yield "cache_dtype", f"must be float32 or bfloat16, got {config.cache_dtype!r}"
+    if any(not t >= 0 for t in config.stop_token_ids):
+        yield "stop_token_ids", f"must be token ids >= 0, got {list(config.stop_token_ids)}"
 
 
 class Engine:
@@ -144,6 +152,8 @@ class Engine:
         mesh: Mesh | None = None,
     ):
         self.config = EngineConfig() if config is None else config
+        for field, message in invalid_engine(self.config):
+            raise ValueError(f"engine {field} {message}")
         self.sampling = SamplingParams() if sampling is None else sampling
         self._mesh = mesh
         self.model_config = model.config
@@ -224,7 +234,7 @@ class Engine:
         check_divisible("decode-state kv cache", shape, KV_CACHE_SPEC, mesh)
 
     def init_decode_state(self, seed: int = 0) -> DecodeState:
-        """All slots free; caches of ``max_prefill_length + max_decode_length`` tokens."""
+        """All slots free; caches of ``max_prefill_length + max_new_tokens`` tokens."""
         slots = self.config.max_concurrent_decodes
         dtype = jnp.dtype(self.config.cache_dtype)
 
@@ -366,31 +376,12 @@ class Engine:
         )
 
     # ---- insert -------------------------------------------------------------------------------
-    @staticmethod
-    def _write_prefix(cache: KVCache, prefix_cache: KVCache, slots: Array) -> KVCache:
-        def put(c, p):  # c [slots, kv, L, d], p [1, kv, P, d]
-            rows = jnp.broadcast_to(p[0], (slots.shape[0], *p.shape[1:])).astype(c.dtype)
-            return c.at[slots, :, : p.shape[2]].set(rows)
-
-        return KVCache(
-            tuple(put(c, p) for c, p in zip(cache.k, prefix_cache.k, strict=True)),
-            tuple(put(c, p) for c, p in zip(cache.v, prefix_cache.v, strict=True)),
-        )
-
     def _insert_impl(self, prefix: Prefix, state: DecodeState, slot, budget, key):
         self.traces["insert"] += 1
         slots = slot[None]
-        keys = state.keys if key is None else state.keys.at[slots].set(key)
-        return state._replace(
-            keys=keys,
-            cache=self._write_prefix(state.cache, prefix.cache, slots),
-            lengths=state.lengths.at[slots].set(prefix.true_length),
-            pending=state.pending.at[slots].set(prefix.token),
-            pending_log_prob=state.pending_log_prob.at[slots].set(prefix.log_prob),
-            generated=state.generated.at[slots].set(0),
-            budget=state.budget.at[slots].set(budget),
-            done=state.done.at[slots].set(False),
-        )
+        token, log_prob, length = prefix.token, prefix.log_prob, prefix.true_length
+        rows = jnp.zeros_like(slots)
+        return fill_slots(state, slots, prefix.cache, rows, length, token, log_prob, budget, key)
 
     def insert(
         self,
@@ -415,20 +406,21 @@ class Engine:
 
     def _insert_group_impl(self, prefix: Prefix, state: DecodeState, slots, keys, budget, sampling):
         self.traces["insert_group"] += 1
-        n = slots.shape[0]
-        first_keys, slot_keys = self._split_first(keys)
-        tokens, log_probs = sample(
-            jnp.broadcast_to(prefix.logits, (n, prefix.logits.shape[-1])), first_keys, sampling
+        logits = jnp.broadcast_to(prefix.logits, (slots.shape[0], prefix.logits.shape[-1]))
+        rows = jnp.zeros_like(slots)
+        return self._insert_sampled(
+            state, prefix.cache, slots, rows, logits, prefix.true_length, keys, budget, sampling
         )
-        return state._replace(
-            cache=self._write_prefix(state.cache, prefix.cache, slots),
-            lengths=state.lengths.at[slots].set(prefix.true_length),
-            pending=state.pending.at[slots].set(tokens),
-            pending_log_prob=state.pending_log_prob.at[slots].set(log_probs),
-            generated=state.generated.at[slots].set(0),
-            budget=state.budget.at[slots].set(budget),
-            done=state.done.at[slots].set(False),
-            keys=state.keys.at[slots].set(slot_keys),
+
+    def _insert_sampled(
+        self, state, prefix_cache, slots, rows, logits, lengths, keys, budget, sampling
+    ) -> DecodeState:
+        """Slot ``slots[j]`` draws its first token from ``logits[j]`` with the first half of
+        ``keys[j]`` (the second half is its stream key) and takes prefix row ``rows[j]``."""
+        first_keys, slot_keys = self._split_first(keys)
+        tokens, log_probs = sample(logits, first_keys, sampling)
+        return fill_slots(
+            state, slots, prefix_cache, rows, lengths, tokens, log_probs, budget, slot_keys
         )
 
     def insert_group(
@@ -461,28 +453,9 @@ class Engine:
         self.traces["insert_batch"] += 1
         if not jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
             keys = jax.random.wrap_key_data(keys)  # raw key data from the host
-        first_keys, slot_keys = self._split_first(keys)
-        tokens, log_probs = sample(prefix.logits[rows], first_keys, sampling)
-
-        def put(c, p):  # c [slots, kv, L, d], p [B, kv, P, d]; padding slots are out of range
-            return c.at[slots, :, : p.shape[2]].set(p[rows].astype(c.dtype), mode="drop")
-
-        def set_(x, values):
-            return x.at[slots].set(values, mode="drop")
-
-        cache = KVCache(
-            tuple(put(c, p) for c, p in zip(state.cache.k, prefix.cache.k, strict=True)),
-            tuple(put(c, p) for c, p in zip(state.cache.v, prefix.cache.v, strict=True)),
-        )
-        return state._replace(
-            cache=cache,
-            lengths=set_(state.lengths, prefix.true_length[rows]),
-            pending=set_(state.pending, tokens),
-            pending_log_prob=set_(state.pending_log_prob, log_probs),
-            generated=set_(state.generated, 0),
-            budget=set_(state.budget, budget),
-            done=set_(state.done, False),
-            keys=set_(state.keys, slot_keys),
+        logits, lengths = prefix.logits[rows], prefix.true_length[rows]
+        return self._insert_sampled(
+            state, prefix.cache, slots, rows, logits, lengths, keys, budget, sampling
         )
 
     def insert_batch(
@@ -518,27 +491,39 @@ class Engine:
             raise ValueError(f"insert_batch row {rows[bad[0]]} outside 0..{batch - 1}")
         if keys.shape[0] != s:
             raise ValueError(f"insert_batch got {keys.shape[0]} keys for {s} slots")
-        if max_new_tokens is None or np.ndim(max_new_tokens) == 0:
-            budget = np.full(s, self._budget(max_new_tokens), np.int32)
-        else:
-            budget = np.asarray(max_new_tokens, np.int32)
-            if budget.shape != (s,):
-                raise ValueError(f"insert_batch got {budget.size} budgets for {s} slots")
-            for b in np.unique(budget):
-                self._budget(int(b))
-        pad = pow2(s) - s
-        if pad:  # padding slots index past the last slot: their scatters are dropped
-            past = np.full(pad, self.config.max_concurrent_decodes, np.int32)
-            slots = np.concatenate([slots, past])
-            rows = np.concatenate([rows, np.zeros(pad, np.int32)])
-            budget = np.concatenate([budget, np.ones(pad, np.int32)])
-            if isinstance(keys, np.ndarray):
-                keys = np.concatenate([keys, np.repeat(keys[:1], pad, axis=0)])
-            else:
-                keys = keys[np.concatenate([np.arange(s), np.zeros(pad, int)])]
+        budget = self._slot_budgets(max_new_tokens, s)
+        slots, rows, keys, budget = self._pad_slots(slots, rows, keys, budget)
         return self._insert_batch(
             prefix, decode_state, slots, rows, keys, budget, sampling=sampling or self.sampling
         )
+
+    def _slot_budgets(self, max_new_tokens, s: int) -> np.ndarray:
+        """``[s]`` int32 budgets from one budget (or None: the max) or one per slot, checked."""
+        if max_new_tokens is None or np.ndim(max_new_tokens) == 0:
+            return np.full(s, self._budget(max_new_tokens), np.int32)
+        budget = np.asarray(max_new_tokens, np.int32)
+        if budget.shape != (s,):
+            raise ValueError(f"insert_batch got {budget.size} budgets for {s} slots")
+        for b in np.unique(budget):
+            self._budget(int(b))
+        return budget
+
+    def _pad_slots(self, slots, rows, keys, budget):
+        """Slots, rows, keys and budgets padded to a power of two: padding slots index past the
+        last slot (their scatters are dropped) and repeat the first key."""
+        s = slots.shape[0]
+        pad = pow2(s) - s
+        if not pad:
+            return slots, rows, keys, budget
+        past = np.full(pad, self.config.max_concurrent_decodes, np.int32)
+        slots = np.concatenate([slots, past])
+        rows = np.concatenate([rows, np.zeros(pad, np.int32)])
+        budget = np.concatenate([budget, np.ones(pad, np.int32)])
+        if isinstance(keys, np.ndarray):
+            keys = np.concatenate([keys, np.repeat(keys[:1], pad, axis=0)])
+        else:
+            keys = keys[np.concatenate([np.arange(s), np.zeros(pad, int)])]
+        return slots, rows, keys, budget
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.config.max_concurrent_decodes:
@@ -556,11 +541,10 @@ class Engine:
         return slots
 
     def _budget(self, max_new_tokens) -> np.int32:
-        budget = self.config.max_decode_length if max_new_tokens is None else max_new_tokens
-        if not 1 <= budget <= self.config.max_decode_length:
+        budget = self.config.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not 1 <= budget <= self.config.max_new_tokens:
             raise ValueError(
-                f"max_new_tokens {budget} outside 1..max_decode_length "
-                f"{self.config.max_decode_length}"
+                f"max_new_tokens {budget} outside 1..max_new_tokens {self.config.max_new_tokens}"
             )
         return np.int32(budget)
 
@@ -615,6 +599,46 @@ class Engine:
     ) -> tuple[DecodeState, ResultTokens]:
         """Run ``steps_per_call`` decode steps over all slots."""
         return self._generate(params, decode_state, sampling=sampling or self.sampling)
+
+
+def fill_slots(
+    state: DecodeState,
+    slots: Array,
+    prefix_cache: KVCache,
+    rows: Array,
+    lengths: Array,
+    tokens: Array,
+    log_probs: Array,
+    budget: Array,
+    keys: Array | None,
+) -> DecodeState:
+    """The one slot scatter of every insert: slot ``slots[j]`` gets cache rows ``0 … P−1`` from
+    ``prefix_cache`` row ``rows[j]`` (``[B, kv, P, d]`` per layer), its length, pending token and
+    log-prob, budget and (unless ``keys`` is None) PRNG key; ``generated`` 0, ``done`` False.
+
+    Slots past the last one (padding) are dropped; scalar fields broadcast over the slots.
+    """
+
+    def put(c, p):  # c [slots, kv, L, d], p [B, kv, P, d]
+        return c.at[slots, :, : p.shape[2]].set(p[rows].astype(c.dtype), mode="drop")
+
+    def set_(x, values):
+        return x.at[slots].set(values, mode="drop")
+
+    cache = KVCache(
+        tuple(put(c, p) for c, p in zip(state.cache.k, prefix_cache.k, strict=True)),
+        tuple(put(c, p) for c, p in zip(state.cache.v, prefix_cache.v, strict=True)),
+    )
+    return state._replace(
+        cache=cache,
+        lengths=set_(state.lengths, lengths),
+        pending=set_(state.pending, tokens),
+        pending_log_prob=set_(state.pending_log_prob, log_probs),
+        generated=set_(state.generated, 0),
+        budget=set_(state.budget, budget),
+        done=set_(state.done, False),
+        keys=state.keys if keys is None else set_(state.keys, keys),
+    )
 
 
 def _int32(x):

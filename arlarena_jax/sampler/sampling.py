@@ -2,7 +2,7 @@
 
 The behaviour log-prob of a token is log softmax(z/τ)[token] with z the float32 logits and τ the
 temperature (τ = 1 for greedy): the quantity the trainer recomputes with ``token_log_probs(…,
-temperature=τ)`` (spec algorithms §1), so the importance ratio starts at 1. Top-k and top-p only
+temperature=τ)``, so the importance ratio starts at 1. Top-k and top-p only
 restrict which tokens can be drawn; they are not folded into the log-prob (as in verl).
 
 Sampling settings are static (a frozen, hashable dataclass): each distinct setting compiles once,
@@ -14,9 +14,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
+
+from arlarena_jax.errors import InvalidField
 
 Array = jax.Array
 
@@ -30,22 +33,22 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 <= self.temperature < math.inf:  # also rejects NaN
-            raise ValueError(
-                f"sampling temperature must be finite and >= 0, got {self.temperature}"
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
-        if (
-            isinstance(self.top_k, bool)
-            or not isinstance(self.top_k, numbers.Integral)
-            or self.top_k < 0
-        ):
-            raise ValueError(f"sampling top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+        for field, message in invalid_sampling(self):
+            raise InvalidField("sampling", field, message)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def invalid_sampling(p: SamplingParams) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for every setting out of range (NaN fails every rule)."""
+    if not 0 <= p.temperature < math.inf:
+        yield "temperature", f"must be finite and >= 0, got {p.temperature!r}"
+    if not 0.0 < p.top_p <= 1.0:
+        yield "top_p", f"must lie in (0, 1], got {p.top_p!r}"
+    if isinstance(p.top_k, bool) or not isinstance(p.top_k, numbers.Integral) or p.top_k < 0:
+        yield "top_k", f"must be an int >= 0 (0 = off), got {p.top_k!r}"
 
 
 GREEDY = SamplingParams(temperature=0.0)
