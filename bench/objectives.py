@@ -1,6 +1,6 @@
 """Benchmark: the jitted SAMPO micro-batch loss + gradient against NumPy on the same inputs.
 
-SAMPO's per-micro-batch loss (spec §8.2): GSPO turn-level ratio with ε = (3e-3, 4e-3),
+SAMPO's per-micro-batch loss (docs/algorithms.md §8): GSPO turn-level ratio with ε = (3e-3, 4e-3),
 seq-mean-token-mean, + 0.01·KL_k3 − 0.001·entropy. The baseline is a float32 NumPy
 implementation of the same math with its analytic gradient with respect to the log-probs. Both
 results are checked against each other before timing.

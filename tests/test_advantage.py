@@ -1,4 +1,5 @@
-"""Advantage estimators against spec §12 TV-4 and TV-5, invariances and property laws (spec §5).
+"""Advantage estimators against spec §12 TV-4 and TV-5, invariances and property laws
+(docs/algorithms.md §3).
 
 Tolerance: 1e-5 absolute (ATOL) for every spec number: the vectors are printed with 6 decimals
 (vanilla_grpo's "0.57733" with 5, whose rounding error is 3e-7) and float32 arithmetic on
@@ -205,7 +206,7 @@ class TV4Test(chex.TestCase):
 
 
 def numpy_whiten(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Independent reference of the masked token whitening of spec §5.5 (float64)."""
+    """Independent reference of the masked token whitening of docs/algorithms.md §3.5 (float64)."""
     valid = x[mask > 0]
     return (x - valid.mean()) / np.sqrt(valid.var(ddof=1) + 1e-8) * mask
 

@@ -1,4 +1,4 @@
-"""Loss aggregation (spec §2) against TV-1, and padding invariance. Tolerance 1e-6."""
+"""Loss aggregation (docs/algorithms.md §5) against TV-1, and padding invariance. Tolerance 1e-6."""
 
 from __future__ import annotations
 

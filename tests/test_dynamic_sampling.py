@@ -1,4 +1,4 @@
-"""Dynamic sampling / DAPO group filter with cold start (spec §7, TV-6)."""
+"""Dynamic sampling / DAPO group filter with cold start (docs/algorithms.md §7, TV-6)."""
 
 from __future__ import annotations
 

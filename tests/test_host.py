@@ -1,4 +1,5 @@
-"""Host bridge: dense ids, anchor grouping (spec §5.9, TV-4 similarity check) and collation (§1).
+"""Host bridge: dense ids, anchor grouping (docs/algorithms.md §3.9, TV-4 similarity check) and
+collation (§1.2).
 
 Ratios use a 1e-6 tolerance (the spec prints 6 decimals); advantages through the full pipeline use
 1e-5 like tests/test_advantage.py (float32 arithmetic on values up to ~10).

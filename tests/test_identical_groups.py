@@ -1,5 +1,5 @@
-"""A group of identical values gets exactly zero advantage (spec §5.1, §5.9: "a group of identical
-values gives 0"), whatever the value and wherever its rows sit in the batch.
+"""A group of identical values gets exactly zero advantage (docs/algorithms.md §3.11),
+whatever the value and wherever its rows sit in the batch.
 
 Exactness is the point: float32 cannot hold a shaped return such as 10.3, and a group mean that is
 off by one rounding error, divided by a standard deviation of the same size plus 1e-6, gives an
@@ -62,7 +62,8 @@ def batches(draw) -> tuple[TurnBatch, np.ndarray]:
     groups = np.asarray(draw(st.lists(st.integers(0, GROUPS - 1), min_size=ROWS, max_size=ROWS)))
     real = np.asarray(draw(st.lists(st.booleans(), min_size=ROWS, max_size=ROWS)))
     others = draw(st.lists(VALUES, min_size=ROWS, max_size=ROWS))
-    groups[:2], real[:2] = 0, True  # at least two members: a singleton has μ = 0, σ = 1 (§5.1)
+    # at least two members: a singleton has μ = 0, σ = 1 (docs/algorithms.md §3.1)
+    groups[:2], real[:2] = 0, True
     same = (groups == 0) & real
     scores = np.where(same, value, np.asarray(others, np.float32)).astype(np.float32)
     lengths = np.asarray(draw(st.lists(st.integers(1, TOKENS), min_size=ROWS, max_size=ROWS)))
@@ -95,9 +96,10 @@ def test_a_group_of_identical_values_gets_exactly_zero(data, name):
 @SETTINGS
 @given(batches(), VALUES, st.sampled_from([0.0, 0.05]))
 def test_empg_does_not_depend_on_the_value_of_an_identical_group(data, other, zeta):
-    """EMPG (spec §5.10) scales the GRPO advantage by g_i and then subtracts the batch mean of
-    the first column, so an identical group's rows are not 0 but −mean: its GRPO advantage must
-    be exactly 0, so that replacing its value changes no advantage of the batch, bit for bit."""
+    """EMPG (docs/algorithms.md §3.10) scales the GRPO advantage by g_i and then subtracts the batch
+    mean of the first column, so an identical group's rows are not 0 but −mean: its GRPO advantage
+    must be exactly 0, so that replacing its value changes no advantage of the batch, bit for
+    bit."""
     batch, same = data
     scores = np.array(batch.token_rewards)
     scores[same, 0] = np.float32(other)
@@ -176,9 +178,10 @@ def test_identical_trajectories_get_exactly_zero_gigpo_advantage(data, mode):
 
 
 def test_step_returns_follow_the_recurrence_in_any_row_order():
-    """G_k = r_k + γ·G_{k+1} (spec §5.9), by hand: rewards (1, 2, 4) at turns (0, 1, 2) and
-    γ = 0.5 give (1 + 0.5·(2 + 0.5·4), 2 + 0.5·4, 4) = (3, 4, 4), exact in float32; the rows are
-    stored out of turn order, with a one-turn trajectory and a padding row among them."""
+    """G_k = r_k + γ·G_{k+1} (docs/algorithms.md §3.9), by hand: rewards (1, 2, 4) at turns
+    (0, 1, 2) and γ = 0.5 give (1 + 0.5·(2 + 0.5·4), 2 + 0.5·4, 4) = (3, 4, 4), exact in float32;
+    the rows are stored out of turn order, with a one-turn trajectory and a padding row among
+    them."""
     batch = make_batch(
         np.ones((5, 1)),
         np.zeros((5, 1)),

@@ -1,5 +1,5 @@
-"""Metrics: scalars read back from the event files, the §10 reduce rules, the console line and
-the timing splits."""
+"""Metrics: scalars read back from the event files, the declared reduce rules
+(docs/algorithms.md §1.4), the console line and the timing splits."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from arlarena_jax.objectives.declare import Reduction
 from arlarena_jax.train.metrics import (
     ConsoleProgress,
     MetricsWriter,
@@ -84,13 +85,33 @@ def test_reduce_micro_batch_metrics_follows_spec_10():
         {"actor/pg_loss": 3.0, "actor/grad_norm_max": 5.0, "critic/score/min": -1.0},
         {"actor/pg_loss": np.float32(2.0), "actor/grad_norm_max": 1.0, "actor/kl_loss": 4.0},
     ]
-    out = reduce_micro_batch_metrics(micro)
+    declared = {
+        "actor/pg_loss": Reduction.MEAN,
+        "actor/grad_norm_max": Reduction.MAX,
+        "critic/score/min": Reduction.MIN,
+        "actor/kl_loss": Reduction.MEAN,
+    }
+    out = reduce_micro_batch_metrics(micro, declared)
     assert out == {
         "actor/pg_loss": 2.0,
         "actor/grad_norm_max": 5.0,
         "critic/score/min": -1.0,
         "actor/kl_loss": 4.0,
     }
+
+
+def test_reduce_micro_batch_metrics_reads_the_declaration_not_the_key():
+    """A key's text never picks its reduction: "max_len" declared a mean is averaged, "rows"
+    declared a sum is summed, and an undeclared key is refused."""
+    micro = [{"max_len": 1.0, "rows": 2.0, "lowest": 3.0}, {"max_len": 3.0, "rows": 5.0}]
+    declared = {"max_len": Reduction.MEAN, "rows": Reduction.SUM, "lowest": Reduction.MIN}
+    assert reduce_micro_batch_metrics(micro, declared) == {
+        "max_len": 2.0,
+        "rows": 7.0,
+        "lowest": 3.0,
+    }
+    with pytest.raises(ValueError, match=r"metrics \['rows'\] have no declared reduction"):
+        reduce_micro_batch_metrics(micro, {"max_len": Reduction.MAX, "lowest": Reduction.MIN})
 
 
 def test_console_line_shows_the_chosen_keys():

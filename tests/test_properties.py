@@ -1,4 +1,5 @@
-"""Property tests for policy losses: laws of spec §3, TV-8's on-policy identities, invariances.
+"""Property tests for policy losses: laws of docs/algorithms.md §4, TV-8's on-policy identities,
+invariances.
 
 Random right-padded batches come from hypothesis; tolerances are stated per test (float32).
 """

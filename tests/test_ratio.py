@@ -283,7 +283,7 @@ class CISPOTest(chex.TestCase):
 class GMPOTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_against_hand_computation(self):
-        # Independent numpy evaluation of spec §3.8 on TV-2's batch with ε = 0.2.
+        # Independent numpy evaluation of docs/algorithms.md §4.7 on TV-2's batch with ε = 0.2.
         delta = np.asarray(TV2_DELTA, np.float64)
         m = np.asarray(TV2_MASK, np.float64)
         adv = np.asarray(tv2_batch().advantages, np.float64)

@@ -1,4 +1,5 @@
-"""KL estimators (TV-3), KL and entropy terms and totals (TV-2f), and the critic loss (spec §4).
+"""KL estimators (TV-3), KL and entropy terms and totals (TV-2f), and the critic loss
+(docs/algorithms.md §6, §3.7).
 
 Tolerance: 1e-5 absolute (spec precision, float32).
 """
@@ -124,7 +125,7 @@ class TV2fTest(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_regularizer_with_its_own_aggregation(self):
-        # GSPO on ALFWorld: pg seq-mean-token-mean, KL/entropy token-mean (spec §9.1).
+        # GSPO on ALFWorld: pg seq-mean-token-mean, KL/entropy token-mean (docs/algorithms.md §8).
         _, metrics, _ = run(
             self.variant,
             ratio.gspo(3e-3, 4e-3),

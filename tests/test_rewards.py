@@ -1,5 +1,5 @@
-"""Reward shapers: invalid-action penalty (spec §5.0), DAPO overlong shaping (§6.2, TV-7) and the
-KL penalty in the reward with fixed and adaptive controllers (§4).
+"""Reward shapers: invalid-action penalty (docs/algorithms.md §2.1), DAPO overlong shaping (§2.2,
+TV-7) and the KL penalty in the reward with fixed and adaptive controllers (§2.3).
 
 Tolerance: 1e-5 absolute (ATOL); the expected numbers are either the spec's (printed with 6
 decimals) or computed independently here in float64 numpy. Each numeric check runs with and
@@ -203,7 +203,7 @@ class KLInRewardTest(chex.TestCase):
         np.testing.assert_allclose(out.token_rewards, rewards, atol=ATOL)
         np.testing.assert_allclose(metrics["kl_reward_penalty"], kl, atol=ATOL)
         np.testing.assert_allclose(metrics["kl_reward_coef"], 0.05, atol=ATOL)
-        np.testing.assert_allclose(state["kl_reward_coef"], 0.05, atol=ATOL)
+        np.testing.assert_allclose(state[0]["kl_reward_coef"], 0.05, atol=ATOL)
 
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.named_parameters(
@@ -225,7 +225,7 @@ class KLInRewardTest(chex.TestCase):
             np.testing.assert_allclose(metrics["kl_reward_coef"], beta, atol=ATOL)
             error = np.clip(kl / target - 1.0, -0.2, 0.2)
             beta = beta * (1.0 + error * 4 / horizon)  # n_rows = 4 real rows
-            np.testing.assert_allclose(state["kl_reward_coef"], beta, atol=ATOL)
+            np.testing.assert_allclose(state[0]["kl_reward_coef"], beta, atol=ATOL)
         if scale == 1.0:
             np.testing.assert_allclose(beta, 0.05 * 1.08**2, atol=ATOL)
         if scale == 0.02:
@@ -241,14 +241,35 @@ class KLInRewardTest(chex.TestCase):
         penalty = 0.1 * np.array([0.0, 1.0, 0.0, 1.0, 0.0])
         rewards = rewards - penalty[:, None] * last_token(self.LENGTHS, 3)
         np.testing.assert_allclose(out.token_rewards, rewards, atol=ATOL)
-        np.testing.assert_allclose(state["kl_reward_coef"], 0.001, atol=1e-9)
+        assert state[0] == {}  # the penalty's own (empty) state, then the KL shaper's
+        np.testing.assert_allclose(state[1]["kl_reward_coef"], 0.001, atol=1e-9)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_two_stateful_shapers_keep_separate_states(self):
+        """Two adaptive KL-in-reward controllers: each β lives in its own state entry and
+        follows its own controller over two steps (one merged dict would collide)."""
+        batch = self.batch(scale=1.0)
+        controllers = ((0.05, 0.1, 10), (0.02, 0.5, 20))  # (β₀, target, horizon)
+        shapers = tuple(rw.kl_in_reward("k1", rw.adaptive_kl_controller(*c)) for c in controllers)
+        betas = [c[0] for c in controllers]
+        state = None
+        for _ in range(2):
+            out, state, _ = prepare(self.variant, shapers, batch, state)
+            rewards, kl = self.expected(batch, sum(betas), "k1")  # both penalties subtract
+            np.testing.assert_allclose(out.token_rewards, rewards, atol=ATOL)
+            assert len(state) == 2
+            for i, (_, target, horizon) in enumerate(controllers):
+                error = np.clip(kl / target - 1.0, -0.2, 0.2)
+                betas[i] = betas[i] * (1.0 + error * 4 / horizon)  # n_rows = 4 real rows
+                np.testing.assert_allclose(state[i]["kl_reward_coef"], betas[i], atol=1e-7)
+        assert abs(betas[0] - betas[1]) > 0.01  # the two coefficients really differ
 
     def test_init_state_and_validation(self):
         shaper = rw.kl_in_reward("k3", rw.adaptive_kl_controller(0.2))
         state = Objective(adv.grpo(), UNUSED_LOSS, shapers=(shaper,)).init_state()
-        assert set(state) == {"kl_reward_coef"}
-        assert state["kl_reward_coef"].dtype == jnp.float32
-        np.testing.assert_allclose(state["kl_reward_coef"], 0.2)
+        assert len(state) == 1 and set(state[0]) == {"kl_reward_coef"}
+        assert state[0]["kl_reward_coef"].dtype == jnp.float32
+        np.testing.assert_allclose(state[0]["kl_reward_coef"], 0.2)
         with pytest.raises(ValueError, match="unknown KL estimator"):
             rw.kl_in_reward("k9")
         with pytest.raises(ValueError, match="target_kl"):
@@ -258,4 +279,6 @@ class KLInRewardTest(chex.TestCase):
         with pytest.raises(ValueError, match="ref_log_probs"):
             prepare(lambda f: f, (shaper,), self.batch(0.2)._replace(ref_log_probs=None))
         with pytest.raises(ValueError, match="kl_reward_coef"):
-            prepare(lambda f: f, (shaper,), self.batch(0.2), state={})
+            prepare(lambda f: f, (shaper,), self.batch(0.2), state=({},))
+        with pytest.raises(ValueError, match="state of 0 entries for 1 reward shapers"):
+            prepare(lambda f: f, (shaper,), self.batch(0.2), state=())

@@ -1,4 +1,4 @@
-"""The RL update on device (spec algorithms §1 update structure) and the host packing of rows.
+"""The RL update on device (docs/architecture.md, "One RL step") and the host packing of rows.
 
 Expected values from independent reasoning: micro-batch accumulation of a per-row mean loss equals
 the one-pass loss over the mini-batch when micro-batches are equal and full (so SGD steps match
@@ -18,15 +18,16 @@ from flax import nnx
 from arlarena_jax.models import QwenConfig, QwenForCausalLM, response_log_probs, token_log_probs
 from arlarena_jax.objectives import advantage, ratio
 from arlarena_jax.objectives import aggregate as agg
-from arlarena_jax.objectives.compose import chain
+from arlarena_jax.objectives.compose import Regularizer, chain
+from arlarena_jax.objectives.declare import Input, Reduction, reduce_stacked
 from arlarena_jax.rollout.loop import Rollout, TurnRow
 from arlarena_jax.train.sequences import padded_row_count, rollout_batch
 from arlarena_jax.train.update import (
     make_log_prob_fn,
     make_prepare_fn,
     make_update_step,
-    needs_reference,
     run_update,
+    step_metric_reductions,
 )
 from tests.turn_rows import random_turn_rows
 
@@ -160,7 +161,7 @@ def test_updates_follow_the_advantage_sign(split_model):
     graphdef, params = split_model
     params = jax.tree.map(jnp.copy, params)
     objective = chain(advantage.grpo(), ratio.vanilla())
-    assert not needs_reference(objective)
+    assert Input.REF_LOG_PROBS not in objective.requirements  # no reference pass needed
     sequences, batch = make_rows(np.random.default_rng(3), 8)
     batch = prepared(graphdef, params, sequences, batch, objective)
     optimizer = optax.adam(3e-3)
@@ -179,6 +180,53 @@ def test_updates_follow_the_advantage_sign(split_model):
     assert (after[::2] > before[::2]).all()  # winners' responses became likelier
     assert (after[1::2] < before[1::2]).all()
     assert float(history[0]["ppo_kl"]) == pytest.approx(0.0, abs=1e-6)  # first step on-policy
+
+
+def test_step_metrics_reduce_by_declaration(split_model):
+    """A regularizer emits the real-row count of each micro-batch under a key containing "max"
+    but declares it a SUM: the step sums it over the real micro-batches (2 + 2 = 4; the padding
+    micro-batch is left out), where a key-text rule would have taken the max (2)."""
+    graphdef, params = split_model
+    count_rows = Regularizer(
+        "count_rows",
+        lambda lp, ent, batch, agg_: (0.0, {"rows_max": jnp.sum(batch.row_mask)}),
+        reductions=(("rows_max", Reduction.SUM),),
+    )
+    objective = chain(advantage.grpo(), ratio.vanilla(), count_rows)
+    sequences, batch = make_rows(np.random.default_rng(5), 4)
+    batch = prepared(graphdef, params, sequences, batch, objective)
+    pad = lambda x: jnp.pad(x, [(0, 2)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
+    sequences, batch = jax.tree.map(pad, sequences), jax.tree.map(pad, batch)
+    update = make_update_step(
+        graphdef,
+        objective,
+        optax.sgd(1.0),
+        prompt_length=P,
+        mini_batch_size=6,
+        micro_batch_size=2,
+        donate=False,
+    )
+    metrics = update.step(params, optax.sgd(1.0).init(params), sequences, batch)[2]
+    assert float(metrics["rows_max"]) == 4.0
+    table = step_metric_reductions(objective)
+    assert table["rows_max"] is Reduction.SUM and table["grad_norm"] is Reduction.MEAN
+    assert set(metrics) == set(table)  # every metric the step returns is declared
+
+
+def test_reductions_mask_invalid_entries():
+    values = jnp.array([1.0, 5.0, -2.0, 100.0])
+    valid = jnp.array([True, True, True, False])
+    reduced = {r: float(r.reduce(values, valid)) for r in Reduction}
+    assert reduced == {
+        Reduction.MEAN: pytest.approx(4.0 / 3.0),
+        Reduction.SUM: 4.0,
+        Reduction.MAX: 5.0,
+        Reduction.MIN: -2.0,
+    }
+    none = jnp.zeros(4, bool)
+    assert all(float(r.reduce(values, none)) == 0.0 for r in Reduction)
+    with pytest.raises(ValueError, match="metric 'x' has no declared reduction"):
+        reduce_stacked({"x": values}, {})
 
 
 def test_rollout_batch_layout():

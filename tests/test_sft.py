@@ -1,5 +1,5 @@
-"""Behaviour cloning (spec environments §6): per-turn expert demonstrations, token layout and loss
-mask, fixed-shape batches, the optimizer schedule, the jitted step (non-finite skip, sharded =
+"""Behaviour cloning (docs/environments.md §5.2): per-turn expert demonstrations, token layout and
+loss mask, fixed-shape batches, the optimizer schedule, the jitted step (non-finite skip, sharded =
 unsharded on 8 simulated devices) and cloning a tiny Qwen3 on Sokoban expert turns."""
 
 from __future__ import annotations
@@ -16,11 +16,16 @@ import pytest
 from flax import nnx
 
 from arlarena_jax.models import QwenForCausalLM, make_mesh, preset, shard_model
-from arlarena_jax.rollout import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT, project_sokoban
 from arlarena_jax.rollout.policy import chat_prompt_ids
 from arlarena_jax.tokenization import render_chat, train_tiny
-from arlarena_jax.train.demos import sokoban_demonstrations
-from arlarena_jax.train.optim import current_learning_rate, make_optimizer, make_schedule
+from arlarena_jax.train.demos import expert_demonstrations
+from arlarena_jax.train.optim import (
+    SFT_OPTIM,
+    OptimConfig,
+    current_learning_rate,
+    make_optimizer,
+    make_schedule,
+)
 from arlarena_jax.train.sft import (
     Example,
     SFTBatch,
@@ -32,6 +37,9 @@ from arlarena_jax.train.sft import (
     run_sft,
 )
 from envs.base import Observation
+from envs.sokoban.batch import SokobanBatch
+from envs.sokoban.expert import bfs_expert
+from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT, project_sokoban
 
 VOCAB = 512  # the compact demonstrations saturate BPE at ~450 tokens
 TRAIN_SEEDS = list(range(10_000, 10_012))
@@ -70,8 +78,12 @@ def episodes(demos):
 def data():
     """Compact prompts (~95 tokens, the CPU job's; the paper template is ~600 with this vocabulary)
     with the plan-stating expert; one rollout batch size for training and held-out rooms."""
-    demos = sokoban_demonstrations(
-        TRAIN_SEEDS + HELD_OUT_SEEDS, task_format=SOKOBAN_COMPACT_FORMAT, num_envs=8
+    demos = expert_demonstrations(
+        SokobanBatch(8),
+        bfs_expert(),
+        TRAIN_SEEDS + HELD_OUT_SEEDS,
+        task_format=SOKOBAN_COMPACT_FORMAT,
+        max_turns=15,
     )
     eps = episodes(demos)
     train = [d for ep in eps[: len(TRAIN_SEEDS)] for d in ep]
@@ -100,7 +112,7 @@ def test_demonstrations_are_optimal_valid_expert_turns(data):
 def test_loss_mask_covers_exactly_the_reply_and_im_end(data, thinking, paper):
     _, train, _, tok = data
     demo = train[3]
-    if paper:  # the paper template around the same grid (spec §1.3), NO_HIS variant
+    if paper:  # the paper template around the same grid (docs/environments.md §1.4), NO_HIS variant
         rows = demo.prompt.split("\n")[2:8]
         obs = Observation("\n".join("".join(f" {c} \t" for c in row) for row in rows))
         demo = demo._replace(prompt=SOKOBAN_FORMAT.build_prompt(obs, "", None))
@@ -167,7 +179,7 @@ def test_schedule_warmup_then_cosine_and_lr_in_state():
     assert float(sched(k)) == pytest.approx(1.0 + math.cos(math.pi * 63 / 90), abs=1e-6)
     const = make_schedule(learning_rate=2.0, total_steps=100, warmup_ratio=0.1, schedule="constant")
     assert [float(const(k)) for k in (0, 3, 10, 99)] == pytest.approx([0.0, 0.6, 2.0, 2.0])
-    opt = make_optimizer(learning_rate=2.0, total_steps=100, warmup_ratio=0.1)
+    opt = make_optimizer(OptimConfig(lr=2.0, warmup_ratio=0.1, schedule="cosine"), 100)
     params = {"w": jnp.ones(3)}
     state = opt.init(params)
     for step in range(12):
@@ -187,9 +199,7 @@ def random_batch(seed: int = 0, b: int = 8, s: int = 32) -> SFTBatch:
 def one_step(mesh, batch):
     """One step from the same initial one-layer model (compiles faster); eps 1e-6 keeps Adam's
     g/(|g|+ε) well conditioned for near-zero gradients, whose float noise differs by layout."""
-    opt = make_optimizer(
-        learning_rate=1e-3, total_steps=10, warmup_ratio=0.0, schedule="constant", eps=1e-6
-    )
+    opt = make_optimizer(OptimConfig(lr=1e-3, eps=1e-6), 10)
     model = QwenForCausalLM(dataclasses.replace(CONFIG, num_hidden_layers=1), rngs=nnx.Rngs(0))
     if mesh is not None:
         shard_model(model, mesh)
@@ -253,8 +263,7 @@ def test_cloning_sokoban_expert_lowers_the_loss(data):
         steps=30,
         batch_size=8,
         buckets=buckets,
-        learning_rate=1e-2,
-        b2=0.999,
+        optim=dataclasses.replace(SFT_OPTIM, lr=1e-2, betas=(0.9, 0.999)),
         seed=0,
         log_fn=lambda step, m: logged.append(step),
     )
@@ -268,7 +277,7 @@ def test_cloning_sokoban_expert_lowers_the_loss(data):
 
 
 def test_optimizer_clips_before_adamw():
-    opt = make_optimizer(learning_rate=1.0, total_steps=4, warmup_ratio=0.0, grad_clip=1.0)
+    opt = make_optimizer(OptimConfig(lr=1.0, grad_clip=1.0), 4)
     state = opt.init({"w": jnp.zeros(2)})
     _, state = opt.update({"w": jnp.array([30.0, 40.0])}, state, {"w": jnp.zeros(2)})
     mu = state[1].inner_state[0].mu["w"]  # first moment = (1 − β₁) · clipped gradient

@@ -13,15 +13,19 @@
     )
     batch, state, _ = sampo.prepare(batch)          # advantages over the whole batch
     loss, metrics = sampo.loss(log_probs, batch, entropy)   # one micro-batch
+    sampo.requirements      # {Input.OLD_LOG_PROBS, Input.REF_LOG_PROBS, Input.ENTROPY}
+    obj.check_requirements(sampo, available)        # one-line ValueError if one is missing
 
-Modules: ``aggregate`` (spec §2), ``ratio`` (§3), ``regularize`` and ``kl`` (§4), ``advantage``
-(§5), ``rewards`` (§5.0, §6, KL in reward), ``dynamic_sampling`` (§7, host), ``host`` (ids and
-collation, host), ``presets`` (§9: the paper's methods).
+Modules (sections of docs/algorithms.md): ``aggregate`` (§5), ``ratio`` (§4), ``regularize``
+and ``kl`` (§6), ``advantage`` (§3), ``rewards`` (§2, KL in reward), ``dynamic_sampling`` (§7,
+host), ``host`` (ids and collation, host; §1.2), ``presets`` (§8: the paper's methods),
+``declare`` (the inputs and metric reductions every component declares).
 """
 
 from arlarena_jax.objectives import (
     advantage,
     aggregate,
+    declare,
     dynamic_sampling,
     host,
     kl,
@@ -42,21 +46,27 @@ from arlarena_jax.objectives.compose import (
     Regularizer,
     RewardShaper,
     chain,
+    check_requirements,
 )
+from arlarena_jax.objectives.declare import Input, Reduction
 
 __all__ = [
     "AdvantageEstimator",
     "GroupFilter",
+    "Input",
     "LossWeight",
     "MaskTransform",
     "Objective",
     "PolicyLoss",
+    "Reduction",
     "Regularizer",
     "RewardShaper",
     "TurnBatch",
     "advantage",
     "aggregate",
     "chain",
+    "check_requirements",
+    "declare",
     "dynamic_sampling",
     "host",
     "kl",

@@ -1,4 +1,4 @@
-"""Advantage estimators over a batch of turn rows (spec §5).
+"""Advantage estimators over a batch of turn rows (docs/algorithms.md §3).
 
 Each constructor returns a :class:`~arlarena_jax.objectives.compose.AdvantageEstimator` whose
 ``fn(batch) -> (advantages [N, T], returns [N, T])`` is a pure, jittable function of the batch that
@@ -6,8 +6,9 @@ Each constructor returns a :class:`~arlarena_jax.objectives.compose.AdvantageEst
 
 Conventions shared by every estimator:
 
-- The row score is s_i = Σ_t token_rewards[i, t] (after shaping; spec §5.0). As in verl the sum
-  runs over all T columns, so an empty row still carries the score placed in its last column.
+- The row score is s_i = Σ_t token_rewards[i, t] (after shaping; docs/algorithms.md §2). As in verl
+  the sum runs over all T columns, so an empty row still carries the score placed in its last
+  column.
 - Every group statistic is weighted by ``row_mask``; padding rows never change a result and get
   advantage 0. Group, trajectory and anchor ids are dense segment ids in ``[0, N)``.
 - Outcome estimators broadcast a row value over the row's valid tokens:
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import AdvantageEstimator
+from arlarena_jax.objectives.declare import Input
 from arlarena_jax.objectives.stats import (
     EPS_STD,
     group_normalize,
@@ -57,7 +59,8 @@ def token_rewards(batch: TurnBatch) -> Array:
 
 
 def row_scores(batch: TurnBatch) -> Array:
-    """s_i = Σ_t token_rewards[i, t] over all T columns (spec §5.0); 0 on padding rows."""
+    """s_i = Σ_t token_rewards[i, t] over all T columns (docs/algorithms.md §2); 0 on padding
+    rows."""
     return jnp.sum(token_rewards(batch), axis=-1)
 
 
@@ -72,7 +75,8 @@ def _check_unit_interval(name: str, value: float) -> None:
 
 
 def grpo_row_advantages(batch: TurnBatch, *, norm_by_std: bool) -> Array:
-    """A_i = (s_i − μ_g)/(σ_g + 1e-6), or s_i − μ_g, pooled over the turn rows of uid g (§5.1).
+    """A_i = (s_i − μ_g)/(σ_g + 1e-6), or s_i − μ_g, pooled over the turn rows of uid g
+    (docs/algorithms.md §3.1).
 
     σ is unbiased (ddof = 1); a singleton group uses μ = 0, σ = 1.
     """
@@ -86,7 +90,7 @@ def grpo_row_advantages(batch: TurnBatch, *, norm_by_std: bool) -> Array:
 
 
 def step_returns(batch: TurnBatch, gamma: float) -> Array:
-    """GiGPO step returns g_i = G_{k(i)} + step_reward_adjust_i (spec §5.9 step 1).
+    """GiGPO step returns g_i = G_{k(i)} + step_reward_adjust_i (docs/algorithms.md §3.9 step 1).
 
     G_k = r_env,k + γ·G_{k+1} along each trajectory in turn order; the adjustment (the invalid
     penalty, −c·[invalid]) is added without discounting.
@@ -102,7 +106,8 @@ def step_returns(batch: TurnBatch, gamma: float) -> Array:
 def next_turn_value(
     values: Array, traj_ids: Array, turn_ids: Array, row_mask: Array
 ) -> tuple[Array, Array]:
-    """For each row i, ``values`` at the real row with traj(i) and turn k(i)+1 (spec §5.10 step 5).
+    """For each row i, ``values`` at the real row with traj(i) and turn k(i)+1
+    (docs/algorithms.md §3.10 step 4).
 
     Returns ``(value_at_next, has_next)``; rows without such a next-turn row (and padding rows) get
     value 0 and ``has_next`` False. Rows are sorted by (traj, turn) with padding last; the first
@@ -131,7 +136,8 @@ def next_turn_value(
 
 
 def normalized_row_entropy(old_entropy: Array, response_mask: Array, row_mask: Array) -> Array:
-    """Ĥ_i = (H̄_i − min H̄)/(max H̄ − min H̄ + 1e-8), min/max over real rows (spec §5.10 steps 1–2).
+    """Ĥ_i = (H̄_i − min H̄)/(max H̄ − min H̄ + 1e-8), min/max over real rows
+    (docs/algorithms.md §3.10 steps 1–2).
 
     H̄_i is the row mean of the old-policy token entropy with denominator max(|y_i|, 1). Padding
     rows get 0.
@@ -150,7 +156,7 @@ def normalized_row_entropy(old_entropy: Array, response_mask: Array, row_mask: A
 
 
 def grpo(norm_by_std: bool = True) -> AdvantageEstimator:
-    """GRPO of the agent recipes (spec §5.1): pooled turn rows per uid.
+    """GRPO of the agent recipes (docs/algorithms.md §3.1): pooled turn rows per uid.
 
     A_i = (s_i − μ_g)/(σ_g + 1e-6) (``norm_by_std``) or s_i − μ_g; σ with ddof = 1; a singleton
     group uses μ = 0, σ = 1. Returns = advantages.
@@ -164,11 +170,12 @@ def grpo(norm_by_std: bool = True) -> AdvantageEstimator:
 
 
 def vanilla_grpo(norm_by_std: bool = True) -> AdvantageEstimator:
-    """VGRPO (spec §5.2): the pool of uid g holds one value per trajectory, its mean row score.
+    """VGRPO (docs/algorithms.md §3.2): the pool of uid g holds one value per trajectory, its mean
+    row score.
 
     A_i = (s_i − μ_g)/(σ_g + 1e-6) (or s_i − μ_g) with μ_g, σ_g (ddof = 1) over the trajectory
     means; the numerator is the row's own score. A group with a single trajectory uses μ = 0,
-    σ = 1, as in §5.1. Each trajectory counts once: its first real row carries weight 1 in the
+    σ = 1, as in §3.1. Each trajectory counts once: its first real row carries weight 1 in the
     group pool, its other rows weight 0 (integer counts, no fractional weights). Returns =
     advantages.
     """
@@ -193,9 +200,10 @@ def vanilla_grpo(norm_by_std: bool = True) -> AdvantageEstimator:
 
 
 def drgrpo() -> AdvantageEstimator:
-    """Dr.GRPO advantage (spec §5.3): A_i = s_i − μ_g over pooled turn rows (no std division).
+    """Dr.GRPO advantage (docs/algorithms.md §3.3): A_i = s_i − μ_g over pooled turn rows (no std
+    division).
 
-    A singleton group uses μ = 0. Pair it with the ``drgrpo`` loss (§3.4). Returns = advantages.
+    A singleton group uses μ = 0. Pair it with the ``drgrpo`` loss (§4.2). Returns = advantages.
     """
 
     def fn(batch: TurnBatch) -> tuple[Array, Array]:
@@ -206,9 +214,10 @@ def drgrpo() -> AdvantageEstimator:
 
 
 def rloo() -> AdvantageEstimator:
-    """RLOO (spec §5.4): A_i = n/(n−1)·(s_i − μ_g) with n = |pool_g| > 1; A_i = s_i if n = 1.
+    """RLOO (docs/algorithms.md §3.4): A_i = n/(n−1)·(s_i − μ_g) with n = |pool_g| > 1;
+    A_i = s_i if n = 1.
 
-    Pool as in §5.1 (turn rows of uid g). Returns = advantages.
+    Pool as in §3.1 (turn rows of uid g). Returns = advantages.
     """
 
     def fn(batch: TurnBatch) -> tuple[Array, Array]:
@@ -224,7 +233,7 @@ def rloo() -> AdvantageEstimator:
 
 
 def reinforce_plus_plus_baseline() -> AdvantageEstimator:
-    """REINFORCE++ with a group baseline (spec §5.5).
+    """REINFORCE++ with a group baseline (docs/algorithms.md §3.5).
 
     X[i, t] = (s_i − μ_g)·m[i, t] with the pooled mean (0 for a singleton group), then token
     whitening over all valid tokens of the batch: A = (X − μ_tok)/√(var_tok + 1e-8)·m, var_tok
@@ -241,7 +250,8 @@ def reinforce_plus_plus_baseline() -> AdvantageEstimator:
 
 
 def pass_at_k(norm_by_std: bool = True) -> AdvantageEstimator:
-    """``grpo_passk`` (spec §5.8): only the best row of each uid pool gets a nonzero advantage.
+    """``grpo_passk`` (docs/algorithms.md §3.8): only the best row of each uid pool gets a nonzero
+    advantage.
 
     A_best = (s_max − s_2nd)/(σ_g + 1e-6) (or s_max − s_2nd), σ_g the unbiased std of the pooled
     turn rows; every other row gets 0. Returns = advantages.
@@ -287,10 +297,11 @@ def _reverse_scan(step, init, xs: tuple[Array, ...]) -> Array:
 
 
 def reinforce_plus_plus(gamma: float = 1.0) -> AdvantageEstimator:
-    """REINFORCE++ without baseline (spec §5.6): token return-to-go, then token whitening.
+    """REINFORCE++ without baseline (docs/algorithms.md §3.6): token return-to-go, then token
+    whitening.
 
     For t = T−1 … 0: rr ← r[t] + γ·rr; G[t] = rr; rr ← rr·m[t] (the verl reset after a masked
-    position). A = masked_whiten(G, m) over all valid tokens (§5.5). Returns = G (not whitened).
+    position). A = masked_whiten(G, m) over all valid tokens (§3.5). Returns = G (not whitened).
     """
     _check_unit_interval("gamma", gamma)
 
@@ -311,7 +322,7 @@ def reinforce_plus_plus(gamma: float = 1.0) -> AdvantageEstimator:
 
 
 def gae(gamma: float = 1.0, lam: float = 1.0) -> AdvantageEstimator:
-    """GAE, recipe version (spec §5.7). Needs ``batch.values`` (a critic).
+    """GAE, recipe version (docs/algorithms.md §3.7). Needs ``batch.values`` (a critic).
 
     δ_t = r_t + γ·V_{t+1} − V_t (V_T = 0), Â_t = δ_t + γλ·Â_{t+1}, over all T positions (padded
     positions are not skipped). returns = Â + V and A = masked_whiten(Â, m). V is taken as V·m,
@@ -339,7 +350,7 @@ def gae(gamma: float = 1.0, lam: float = 1.0) -> AdvantageEstimator:
         raw = _reverse_scan(step, (zeros, zeros), (rewards, values))
         return masked_whiten(raw, mask), (raw + values) * mask
 
-    return AdvantageEstimator("gae", fn)
+    return AdvantageEstimator("gae", fn, needs=frozenset({Input.VALUES}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,9 +364,9 @@ def gigpo(
     mode: str = "mean_norm",
     similarity_threshold: float | None = None,
 ) -> AdvantageEstimator:
-    """GiGPO (spec §5.9): A_i = A_ep,i + ω·A_step,i.
+    """GiGPO (docs/algorithms.md §3.9): A_i = A_ep,i + ω·A_step,i.
 
-    - A_ep: §5.1 on s_i, divided by the std iff ``mode == "mean_std_norm"`` (singleton: μ=0, σ=1).
+    - A_ep: §3.1 on s_i, divided by the std iff ``mode == "mean_std_norm"`` (singleton: μ=0, σ=1).
     - A_step: within each anchor group h (``batch.anchor_ids``, built on the host from (uid,
       anchor observation)), (g_i − μ_h)/(σ_h + 1e-6) or g_i − μ_h, with g the step returns of
       :func:`step_returns`; a singleton step group gives 0.
@@ -390,7 +401,8 @@ def gigpo(
 def empg(
     k: float = 1.0, k_f: float = 1.0, zeta: float = 0.05, norm_by_std: bool = True
 ) -> AdvantageEstimator:
-    """EMPG on top of GRPO (spec §5.10). Needs ``batch.old_entropy``; turns come from ``turn_ids``.
+    """EMPG on top of GRPO (docs/algorithms.md §3.10). Needs ``batch.old_entropy``; turns come from
+    ``turn_ids``.
 
     With Ĥ the batch min-max normalised row-mean entropy (:func:`normalized_row_entropy`),
     g_i = e^{−kĤ_i}/(mean_j e^{−kĤ_j} + 1e-8) and f_i = e^{−k_f·Ĥ_i}:
@@ -399,7 +411,7 @@ def empg(
         A' ← (A' − mean_i A'[i, 0])·m
 
     where next(i) is the row of traj(i) at turn k(i)+1 (:func:`next_turn_value`) and A_GRPO[i, t]
-    is §5.1's advantage already multiplied by m. Means, min and max run over real rows only.
+    is §3.1's advantage already multiplied by m. Means, min and max run over real rows only.
     Returns = advantages.
     """
 
@@ -423,4 +435,4 @@ def empg(
         adv = (shaped - first_column_mean) * mask
         return adv, adv
 
-    return AdvantageEstimator("empg", fn)
+    return AdvantageEstimator("empg", fn, needs=frozenset({Input.OLD_ENTROPY}))

@@ -1,4 +1,4 @@
-"""Loss aggregation: reduce an ``[N, T]`` per-token loss matrix to a scalar (spec §2).
+"""Loss aggregation: reduce an ``[N, T]`` per-token loss matrix to a scalar (docs/algorithms.md §5).
 
 Each constructor returns an :class:`Aggregation`, a named pure function
 ``(loss_matrix, token_mask, row_mask) -> scalar``. ``row_mask`` excludes padding rows, so the
@@ -29,7 +29,7 @@ class Aggregation(NamedTuple):
 
 
 def token_mean() -> Aggregation:
-    """Σ_{i,t} m·L / (Σ_{i,t} m + 1e-8) (spec §2, ``token-mean``)."""
+    """Σ_{i,t} m·L / (Σ_{i,t} m + 1e-8) (docs/algorithms.md §5, ``token-mean``)."""
 
     def fn(loss, mask, row_mask):
         mask = mask * row_mask[:, None]
@@ -39,7 +39,8 @@ def token_mean() -> Aggregation:
 
 
 def seq_mean_token_sum() -> Aggregation:
-    """(1/N) Σ_i Σ_t m·L, N = real rows, empty rows included (spec §2, ``seq-mean-token-sum``)."""
+    """(1/N) Σ_i Σ_t m·L, N = real rows, empty rows included
+    (docs/algorithms.md §5, ``seq-mean-token-sum``)."""
 
     def fn(loss, mask, row_mask):
         per_row = jnp.sum(loss * mask, axis=-1) * row_mask
@@ -51,7 +52,7 @@ def seq_mean_token_sum() -> Aggregation:
 def seq_mean_token_mean() -> Aggregation:
     """(1/|V|) Σ_{i∈V} Σ_t m·L / Σ_t m over non-empty rows V; 0 if V is empty.
 
-    Spec §2, ``seq-mean-token-mean`` (the verl-core version that drops empty rows).
+    docs/algorithms.md §5, ``seq-mean-token-mean`` (the verl-core version that drops empty rows).
     """
 
     def fn(loss, mask, row_mask):
@@ -64,7 +65,7 @@ def seq_mean_token_mean() -> Aggregation:
 
 
 def seq_mean_token_sum_norm(max_response_length: int | None = None) -> Aggregation:
-    """(Σ_{i,t} m·L) / L_max, no division by N (spec §2, ``seq-mean-token-sum-norm``).
+    """(Σ_{i,t} m·L) / L_max, no division by N (docs/algorithms.md §5, ``seq-mean-token-sum-norm``).
 
     verl divides by the padded width T. Pass ``max_response_length`` (the config's
     ``data.max_response_length``) so that the result does not depend on how a batch is padded;

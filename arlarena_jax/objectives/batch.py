@@ -1,4 +1,4 @@
-"""The batch of turn rows every objective component reads (spec §1).
+"""The batch of turn rows every objective component reads (docs/algorithms.md §1.2).
 
 One row is one agent turn. Arrays are padded to a static row count ``N`` and response width ``T``;
 ``row_mask`` marks real rows and ``response_mask`` real response tokens, so padding rows and padding
@@ -21,7 +21,7 @@ Array = jax.Array
 
 
 class TurnBatch(NamedTuple):
-    """Turn rows with the fields of spec §1 (shapes: N rows, T response tokens).
+    """Turn rows with the fields of docs/algorithms.md §1.2 (shapes: N rows, T response tokens).
 
     Attributes:
       response_mask: ``[N, T]`` 1 on response tokens (``m``), 0 on padding.
@@ -32,14 +32,15 @@ class TurnBatch(NamedTuple):
       traj_ids: ``[N]`` int32 trajectory segment id.
       turn_ids: ``[N]`` int32 turn index ``k`` of the row within its trajectory (0, 1, ...).
       anchor_ids: ``[N]`` int32 step-group id: rows of one group whose raw current observation
-        (anchor) is the same (GiGPO, spec §5.9). Built on the host.
+        (anchor) is the same (GiGPO, docs/algorithms.md §3.9). Built on the host.
       episode_returns: ``[N]`` episode return ``R`` of the row's trajectory.
       step_rewards: ``[N]`` environment reward received at this turn (``r_env``).
       action_valid: ``[N]`` 1 if the turn's action was valid (format and admissibility).
       ref_log_probs: ``[N, T]`` log-probs under the frozen reference policy (KL terms).
-      rollout_log_probs: ``[N, T]`` log-probs reported by the sampler (truncated IS, spec §3.3).
-      old_entropy: ``[N, T]`` token entropy of the old policy (EMPG, spec §5.10).
-      values: ``[N, T]`` critic values (GAE, spec §5.7).
+      rollout_log_probs: ``[N, T]`` log-probs reported by the sampler (truncated IS,
+        docs/algorithms.md §4.9).
+      old_entropy: ``[N, T]`` token entropy of the old policy (EMPG, docs/algorithms.md §3.10).
+      values: ``[N, T]`` critic values (GAE, docs/algorithms.md §3.7).
       token_rewards: ``[N, T]`` token-level rewards; set by ``Objective.prepare``.
       step_reward_adjust: ``[N]`` non-discounted additions to GiGPO step returns (the invalid
         penalty); set by ``Objective.prepare``.

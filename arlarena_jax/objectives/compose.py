@@ -18,6 +18,12 @@ GroupFilter           host-side dynamic sampling settings, read by the rollout d
 ``chain(*components)`` sorts components into these slots on the host; the resulting
 ``Objective.prepare`` and ``Objective.loss`` are pure functions of arrays that can be jitted and
 differentiated. The trainer knows no algorithm by name: it only calls an ``Objective``.
+
+Every component declares (:mod:`~arlarena_jax.objectives.declare`) the optional inputs it reads
+(``needs``, a set of :class:`Input`) and the reduction of each metric it emits (``reductions``);
+:attr:`Objective.requirements` and :attr:`Objective.metric_reductions` collect them, and
+:func:`check_requirements` refuses an objective whose inputs a trainer cannot provide. Shaper
+state is a tuple with one entry per shaper, in order (as ``optax.chain`` keeps its states).
 """
 
 from __future__ import annotations
@@ -30,31 +36,48 @@ import jax.numpy as jnp
 
 from arlarena_jax.objectives.aggregate import Aggregation, token_mean
 from arlarena_jax.objectives.batch import TurnBatch, without_padding
+from arlarena_jax.objectives.declare import (
+    Input,
+    MetricTable,
+    Needs,
+    Reduction,
+    means,
+    merge_tables,
+)
 from arlarena_jax.objectives.stats import last_token_onehot
 
 Array = jax.Array
 Metrics = dict[str, Array]
-State = dict[str, Array]
+State = dict[str, Array]  # the state one reward shaper owns
+ObjectiveState = tuple[State, ...]  # one entry per shaper, in the objective's order
+NONE: Needs = frozenset()
+LOSS_METRICS: MetricTable = means("num_masked_seqs", "pg_loss", "loss")  # Objective.loss's own
 
 
 class RewardShaper(NamedTuple):
-    """``fn(batch, state) -> (batch, state, metrics)``; ``init() -> state`` entries it owns."""
+    """``fn(batch, state) -> (batch, state, metrics)``; ``init() -> state``, the state it owns.
+
+    ``needs``: the inputs ``fn`` reads; ``reductions``: one (key, Reduction) per metric it emits.
+    """
 
     name: str
     fn: Callable[[TurnBatch, State], tuple[TurnBatch, State, Metrics]]
     init: Callable[[], State] = dict
+    needs: Needs = NONE
+    reductions: MetricTable = ()
 
 
 class AdvantageEstimator(NamedTuple):
     """``fn(batch) -> (advantages [N,T], returns [N,T])`` over the whole batch.
 
-    ``anchor_similarity`` asks the host to build anchor ids by text similarity (GiGPO, spec §5.9)
-    instead of exact equality; ``None`` means exact.
+    ``anchor_similarity`` asks the host to build anchor ids by text similarity (GiGPO,
+    docs/algorithms.md §3.9) instead of exact equality; ``None`` means exact.
     """
 
     name: str
     fn: Callable[[TurnBatch], tuple[Array, Array]]
     anchor_similarity: float | None = None
+    needs: Needs = NONE
 
 
 class MaskTransform(NamedTuple):
@@ -62,17 +85,21 @@ class MaskTransform(NamedTuple):
 
     name: str
     fn: Callable[[Array, TurnBatch, Array], tuple[Array, Metrics]]
+    needs: Needs = NONE
+    reductions: MetricTable = ()
 
 
 class PolicyLoss(NamedTuple):
     """``fn(log_probs, batch, mask) -> (loss_matrix [N,T], metrics)``.
 
-    Metrics follow spec §3: ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, each a masked mean
-    over ``mask``.
+    Metrics follow docs/algorithms.md §4: ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, each a
+    masked mean over ``mask``.
     """
 
     name: str
     fn: Callable[[Array, TurnBatch, Array], tuple[Array, Metrics]]
+    needs: Needs = NONE
+    reductions: MetricTable = ()
 
 
 class LossWeight(NamedTuple):
@@ -80,6 +107,7 @@ class LossWeight(NamedTuple):
 
     name: str
     fn: Callable[[Array, TurnBatch], Array]
+    needs: Needs = NONE
 
 
 class Regularizer(NamedTuple):
@@ -87,10 +115,13 @@ class Regularizer(NamedTuple):
 
     name: str
     fn: Callable[[Array, Array | None, TurnBatch, Aggregation], tuple[Array, Metrics]]
+    needs: Needs = NONE
+    reductions: MetricTable = ()
 
 
 class GroupFilter(NamedTuple):
-    """Dynamic sampling settings (spec §7), applied on the host by the rollout driver."""
+    """Dynamic sampling settings (docs/algorithms.md §7), applied on the host by the rollout
+    driver."""
 
     max_num_gen_batches: int = 10
     cold_start_steps: int = 0
@@ -116,23 +147,50 @@ class Objective(NamedTuple):
     def anchor_similarity(self) -> float | None:
         return self.advantage.anchor_similarity
 
-    def init_state(self) -> State:
-        """State carried between steps (e.g. the adaptive KL-in-reward coefficient)."""
-        state: State = {}
-        for shaper in self.shapers:
-            state.update(shaper.init())
-        return state
+    @property
+    def components(self) -> tuple[Any, ...]:
+        """Every declaring component, in the order they act (shapers first)."""
+        return (
+            *self.shapers,
+            self.advantage,
+            *self.mask_transforms,
+            self.policy_loss,
+            *self.loss_weights,
+            *self.regularizers,
+        )
+
+    @property
+    def requirements(self) -> Needs:
+        """The union of the components' declared inputs (what the trainer must compute)."""
+        return frozenset().union(*(c.needs for c in self.components))
+
+    @property
+    def metric_reductions(self) -> dict[str, Reduction]:
+        """``{key: Reduction}`` for every metric ``prepare`` and ``loss`` can emit (declared)."""
+        emitting = (*self.shapers, *self.mask_transforms, self.policy_loss, *self.regularizers)
+        tables = [("Objective.loss", LOSS_METRICS)] + [(c.name, c.reductions) for c in emitting]
+        return merge_tables(tables)
+
+    def init_state(self) -> ObjectiveState:
+        """State carried between steps: one entry per shaper, ``shaper.init()`` (e.g. the
+        adaptive KL-in-reward coefficient); two stateful shapers never share an entry."""
+        return tuple(shaper.init() for shaper in self.shapers)
 
     def prepare(
-        self, batch: TurnBatch, state: State | None = None
-    ) -> tuple[TurnBatch, State, Metrics]:
-        """Rewards -> shaped rewards -> advantages over the whole batch (spec §5).
+        self, batch: TurnBatch, state: ObjectiveState | None = None
+    ) -> tuple[TurnBatch, ObjectiveState, Metrics]:
+        """Rewards -> shaped rewards -> advantages over the whole batch (docs/algorithms.md §1.3).
 
         The episode return is placed on the last response token of every row (the episode
-        reward manager, spec §5.0); shapers then adjust token rewards, and the estimator fills
-        ``advantages`` and ``returns``.
+        reward manager, docs/algorithms.md §1.3); shapers then adjust token rewards, each with its
+        own entry of ``state``, and the estimator fills ``advantages`` and ``returns``.
         """
-        state = self.init_state() if state is None else dict(state)
+        state = self.init_state() if state is None else tuple(state)
+        if len(state) != len(self.shapers):
+            raise ValueError(
+                f"Objective.prepare got a state of {len(state)} entries for "
+                f"{len(self.shapers)} reward shapers: pass Objective.init_state()"
+            )
         batch = without_padding(batch)
         mask = batch.response_mask
         placed = batch.episode_returns[:, None] * last_token_onehot(mask) * batch.row_mask[:, None]
@@ -140,18 +198,20 @@ class Objective(NamedTuple):
             token_rewards=placed, step_reward_adjust=jnp.zeros_like(batch.episode_returns)
         )
         metrics: Metrics = {}
-        for shaper in self.shapers:
-            batch, state, shaper_metrics = shaper.fn(batch, state)
+        new_state = []
+        for shaper, own in zip(self.shapers, state, strict=True):
+            batch, own, shaper_metrics = shaper.fn(batch, own)
+            new_state.append(own)
             metrics.update(shaper_metrics)
         advantages, returns = self.advantage.fn(batch)
         keep = mask * batch.row_mask[:, None]
         batch = batch._replace(advantages=advantages * keep, returns=returns * keep)
-        return batch, state, metrics
+        return batch, tuple(new_state), metrics
 
     def loss(
         self, log_probs: Array, batch: TurnBatch, entropy: Array | None = None
     ) -> tuple[Array, Metrics]:
-        """Total loss of one micro-batch: pg_loss + Σ regularizer terms (spec §4).
+        """Total loss of one micro-batch: pg_loss + Σ regularizer terms (docs/algorithms.md §6).
 
         ``log_probs`` are the current policy's token log-probs ``[N, T]`` (the argument to
         differentiate); ``entropy`` the current token entropies, needed by an entropy bonus.
@@ -229,7 +289,22 @@ def chain(*components: Any) -> Objective:
     for required, kind in (("advantage", "AdvantageEstimator"), ("policy_loss", "PolicyLoss")):
         if required not in single:
             raise ValueError(f"chain() needs one {kind} component; none was given")
-    return Objective(**single, **{slot: tuple(items) for slot, items in many.items()})
+    objective = Objective(**single, **{slot: tuple(items) for slot, items in many.items()})
+    objective.metric_reductions  # noqa: B018  (raises if two components disagree on a metric)
+    return objective
+
+
+def check_requirements(objective: Objective, available: set[Input] | frozenset[Input]) -> None:
+    """Raise a one-line ``ValueError`` naming the first component (in acting order) that needs
+    an input outside ``available``, e.g. "component 'gae' needs critic values, which this
+    trainer cannot provide"."""
+    for component in objective.components:
+        for needed in Input:  # the enum's order, so the message does not depend on set order
+            if needed in component.needs and needed not in available:
+                raise ValueError(
+                    f"component {component.name!r} needs {needed.value}, which this trainer "
+                    "cannot provide"
+                )
 
 
 def _describe(component: Any) -> str:

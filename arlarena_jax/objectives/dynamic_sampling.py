@@ -1,4 +1,4 @@
-"""Host-side DAPO group filter with cold start (spec §7, TV-6).
+"""Host-side DAPO group filter with cold start (docs/algorithms.md §7, TV-6).
 
 The filter drops whole groups, so it runs on the host between rollout and collation
 (docs/algorithms.md §7). A group is kept on a regular try iff its ``n`` raw episode returns (no
@@ -25,7 +25,7 @@ class SamplingResult(NamedTuple, Generic[G]):
 
 
 def is_uniform(returns: Sequence[float]) -> bool:
-    """True iff all episode returns are exactly equal (spec §7 step 2). NaN never equals."""
+    """True iff all episode returns are exactly equal (docs/algorithms.md §7). NaN never equals."""
     return all(r == returns[0] for r in returns[1:])
 
 
@@ -43,7 +43,7 @@ def _check_group_sizes(
 def select_groups(
     group_returns: Sequence[Sequence[float]], remaining: int, group_size: int, last_try: bool
 ) -> list[int]:
-    """Indices of the groups one try keeps (spec §7 steps 2–4).
+    """Indices of the groups one try keeps (docs/algorithms.md §7).
 
     Regular try: the non-uniform groups in order, truncated to ⌊remaining/n⌋ whole groups when
     they exceed the remaining need. Last try: needed = remaining; the non-uniform groups in order,
@@ -88,14 +88,14 @@ def collect_groups(
     global_step: int,
     training: bool = True,
 ) -> SamplingResult[G]:
-    """Roll out until Q = train_batch_size·group_size trajectories are kept (spec §7 loop).
+    """Roll out until Q = train_batch_size·group_size trajectories are kept (docs/algorithms.md §7).
 
     ``generate()`` runs one full fresh rollout and returns its groups (each of ``group_size``
     trajectories); ``returns_of(group)`` gives the group's raw episode returns. With no filter, or
     one not active at this step (``GroupFilter.is_active``: training and step > cold start), one
     rollout is returned whole. Otherwise at most ``max_num_gen_batches`` tries run, the last one
     with the fill rule. Groups are concatenated in try order. Rollout metrics should be taken from
-    the last ``generate()`` call (spec §7 step 5).
+    the last ``generate()`` call (docs/algorithms.md §7).
     """
     if group_filter is None or not group_filter.is_active(global_step, training):
         groups = list(generate())

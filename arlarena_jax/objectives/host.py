@@ -1,4 +1,5 @@
-"""Host-side bridge from rollout turn rows to a padded :class:`TurnBatch` (spec §1, §5.9).
+"""Host-side bridge from rollout turn rows to a padded :class:`TurnBatch`
+(docs/algorithms.md §1.2, §3.9).
 
 Everything here is plain numpy / Python and is never traced: strings, hashing and grouping by
 observation text live on the host (docs/algorithms.md §1.2). The device sees only dense int32
@@ -24,7 +25,8 @@ OPTIONAL_TOKEN_FIELDS = ("ref_log_probs", "rollout_log_probs", "old_entropy", "v
 
 
 def dense_ids(keys: Sequence[Hashable]) -> np.ndarray:
-    """Map hashable keys to int32 ids ``0..G−1`` in first-appearance order (spec §1, JAX advice).
+    """Map hashable keys to int32 ids ``0..G−1`` in first-appearance order
+    (docs/algorithms.md §1.2).
 
     Keys that compare equal (Python ``==`` / ``hash``) share an id.
     """
@@ -36,7 +38,8 @@ def dense_ids(keys: Sequence[Hashable]) -> np.ndarray:
 
 
 def anchor_key(obs: Anchor) -> Hashable:
-    """Hashable key of an anchor observation for exact step grouping (spec §5.9 step 3).
+    """Hashable key of an anchor observation for exact step grouping
+    (docs/algorithms.md §3.9 step 3).
 
     ``str`` and ``bytes`` are their own keys. A numpy array becomes
     ``("ndarray", dtype, shape, bytes)``, so arrays match iff dtype, shape and every byte agree
@@ -58,7 +61,8 @@ def anchor_key(obs: Anchor) -> Hashable:
 
 
 def similarity_ratio(a: str, b: str) -> float:
-    """``difflib.SequenceMatcher(None, a, b).ratio()`` = 2·matches/(len a + len b) (spec §5.9)."""
+    """``difflib.SequenceMatcher(None, a, b).ratio()`` = 2·matches/(len a + len b)
+    (docs/algorithms.md §3.9)."""
     return difflib.SequenceMatcher(None, a, b).ratio()
 
 
@@ -70,8 +74,9 @@ def _check_threshold(threshold: float) -> None:
 def _similarity_cluster_keys(
     group_keys: Sequence[Hashable], anchors: Sequence[Anchor], threshold: float
 ) -> list[tuple[Hashable, int]]:
-    """Greedy clustering per group (spec §5.9 step 3): the first cluster whose representative
-    (first member) has ratio ≥ threshold, else a new cluster. Returns (group, cluster) pairs.
+    """Greedy clustering per group (docs/algorithms.md §3.9 step 3): the first cluster whose
+    representative (first member) has ratio ≥ threshold, else a new cluster. Returns (group,
+    cluster) pairs.
 
     The ratio is computed as ``ratio(row, representative)``, the argument order of the reference
     (difflib's ratio is not always symmetric). A text seen before in the same group reuses its
@@ -104,7 +109,8 @@ def anchor_ids(
     anchors: Sequence[Anchor],
     similarity_threshold: float | None = None,
 ) -> np.ndarray:
-    """Dense step-group ids: rows of one group (uid) with the same anchor (spec §5.9 step 3).
+    """Dense step-group ids: rows of one group (uid) with the same anchor
+    (docs/algorithms.md §3.9 step 3).
 
     Without a threshold, anchors match by exact equality of :func:`anchor_key`; with one, text
     anchors are clustered greedily by :func:`similarity_ratio`. Equal anchors in different groups
@@ -123,7 +129,7 @@ def anchor_ids(
 
 @dataclass(frozen=True, eq=False)
 class HostTurn:
-    """One turn row as the rollout produces it (spec §1 table).
+    """One turn row as the rollout produces it (docs/algorithms.md §1.2 table).
 
     ``old_log_probs`` has one entry per response token; its length is the response length.
     Optional token fields, when given, have the same length. Equality is identity (anchors may be
@@ -198,7 +204,7 @@ def _optional_tokens(turns: Sequence[HostTurn], name: str, n: int, t: int) -> np
 
 
 def _check_episode_returns(turns: Sequence[HostTurn], traj: np.ndarray) -> None:
-    """R is the same on every row of a trajectory (spec §1)."""
+    """R is the same on every row of a trajectory (docs/algorithms.md §1.2)."""
     first: dict[int, int] = {}
     for row, turn in enumerate(turns):
         head = first.setdefault(int(traj[row]), row)
@@ -215,12 +221,13 @@ def collate(
     num_tokens: int | None = None,
     similarity_threshold: float | None = None,
 ) -> TurnBatch:
-    """Pad turn rows to a static ``[num_rows, num_tokens]`` :class:`TurnBatch` (spec §1).
+    """Pad turn rows to a static ``[num_rows, num_tokens]`` :class:`TurnBatch`
+    (docs/algorithms.md §1.2).
 
     Rows keep their given order; padding rows follow them. Group ids are dense over ``group``,
     trajectory ids over ``(group, trajectory)`` pairs (so per-group trajectory labels such as
     0..n−1 stay distinct across groups), anchor ids as :func:`anchor_ids` with
-    ``similarity_threshold`` (GiGPO, spec §5.9). All ids of padding rows are 0.
+    ``similarity_threshold`` (GiGPO, docs/algorithms.md §3.9). All ids of padding rows are 0.
     """
     n, t = _resolve_shape(turns, num_rows, num_tokens)
     groups = [turn.group for turn in turns]

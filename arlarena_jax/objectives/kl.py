@@ -1,4 +1,4 @@
-"""Per-token KL estimators between the policy and a reference (spec §4, TV-3).
+"""Per-token KL estimators between the policy and a reference (docs/algorithms.md §6.1, TV-3).
 
 With d = logp − ref:
 

@@ -1,269 +1,359 @@
-"""The paper's methods as compositions of objective components (spec §5.11, §8, §9).
+"""The paper's methods as compositions of objective components, with every hyper-parameter a field.
 
-Each preset is a plain function ``preset(env="alfworld") -> Objective`` built only from public
-components; the registry :data:`PRESETS` maps the paper's method names to them. ``env`` selects
-the ALFWorld (``alfworld``) or WebShop (``webshop``) script settings where they differ. Sokoban
-has no released scripts for these methods (spec §8.3, §9.3), so ``sokoban`` uses the ALFWorld
-recipe.
+A method is a :class:`Preset`: a builder ``build(settings) -> Objective`` made only of public
+components, the :class:`MethodSettings` fields it reads (``knobs``) and the values it changes from
+the shared defaults (``defaults``). :func:`settings` resolves ``defaults`` and a caller's
+overrides into one typed :class:`MethodSettings`; :func:`build` composes the objective. The
+trainer's ``algorithm`` config section is these fields (``algorithm.clip_high=5e-3``), so a sweep
+can vary any of them for any method.
 
-Settings shared by every agentic script (spec §9.1): invalid-action penalty 0.1, k3 KL loss with
-coefficient 0.01, entropy bonus 0.001, token-mean aggregation, PPO clip 0.2 with dual clip 3.
-Methods from the authors' internal WebShop scripts (Dr.GRPO, vanilla GRPO, REINFORCE++, PPO) run
-without the KL loss, as those scripts do.
+Shared defaults are the ALFWorld agentic scripts' (docs/algorithms.md, "Presets"): invalid-action
+penalty 0.1, k3 KL loss with coefficient 0.01, entropy bonus 0.001, token-mean aggregation, PPO
+clip 0.2 with dual clip 3, γ = 0.95. Methods from the authors' internal WebShop scripts
+(Dr.GRPO, vanilla GRPO, REINFORCE++, PPO) run without the KL loss (``use_kl_loss: false``), as
+those scripts do.
+Where a release script for another environment differs (WebShop's SAMPO uses GiGPO ``mean_norm``
+and a cold start of 5), the environment's registration carries the overrides, not this module.
 
-Deliberate differences from the release, all documented in the spec: the DAPO filter is active
-on WebShop too (the release never passes the step, §7), and ``sampo`` on ALFWorld maps to GiGPO
-advantages + GSPO loss as the WebShop trainer does (§8.3).
+Every preset reads the four dimensions' generic knobs (aggregation, sequence masking, the
+regularizers and dynamic sampling), so any method can be crossed with any of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
 
 from arlarena_jax.objectives import advantage, ratio, regularize, rewards
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives.compose import GroupFilter, Objective, chain
 
-ENVIRONMENTS = ("alfworld", "webshop", "sokoban")
-
-INVALID_ACTION_PENALTY = 0.1
-KL_COEF = 0.01
-ENTROPY_COEF = 1e-3
-GAMMA = 0.95
-SEQ_MASK_DELTA = 3e-3  # every agentic _SM script (spec §3.2)
-MAX_RESPONSE_LENGTH = 512  # data.max_response_length of the ALFWorld and WebShop scripts
+AggMode = Literal[
+    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]
+KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"]
+GiGPOMode = Literal["mean_norm", "mean_std_norm"]
 
 
-def _check_env(env: str) -> str:
-    if env not in ENVIRONMENTS:
-        raise ValueError(f"unknown preset environment {env!r}; expected one of {ENVIRONMENTS}")
-    return env
+@dataclasses.dataclass(frozen=True)
+class MethodSettings:
+    """Every hyper-parameter a preset reads; defaults are the shared agentic-script values."""
+
+    invalid_penalty: float = 0.1  # subtracted from an invalid action's turn reward
+    use_kl_loss: bool = True  # the KL-to-reference loss term (false: no reference model)
+    kl_type: KLType = "k3"  # KL estimator of the KL loss
+    kl_coef: float = 0.01  # KL loss coefficient
+    entropy_coef: float = 1e-3  # entropy bonus coefficient
+    loss_agg_mode: AggMode = "token-mean"  # policy-loss aggregation (verl loss_agg_mode)
+    regularizer_agg_mode: AggMode | None = None  # KL/entropy aggregation; null: loss_agg_mode
+    clip_low: float = 0.2  # ε_low of the ratio clip (GSPO: of the sequence ratio)
+    clip_high: float = 0.2  # ε_high
+    clip_ratio_c: float = 3.0  # dual-clip bound c for negative advantages (> 1)
+    use_seq_mask: bool = False  # off-policy sequence masking
+    seq_mask_delta: float = 3e-3  # its threshold δ (every agentic _SM script's)
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature for positive advantages
+    sapo_tau_neg: float = 1.05  # and for negative ones
+    gamma: float = 0.95  # discount of step returns (GiGPO, REINFORCE++, GAE)
+    gae_lambda: float = 1.0  # GAE λ
+    step_weight: float = 1.0  # GiGPO ω: A = A_episode + ω·A_step
+    gigpo_mode: GiGPOMode = "mean_std_norm"  # divide GiGPO advantages by the group std or not
+    drgrpo_max_length: int = 500  # Dr.GRPO's constant normaliser L_max
+    overlong_max_length: int = 512  # DAPO overlong shaping's L_max (data.max_response_length)
+    empg_k: float = 1.0  # EMPG self-calibrating scale k
+    empg_k_f: float = 1.0  # EMPG future-clarity scale k_f
+    empg_zeta: float = 0.05  # EMPG future-clarity weight ζ
+    dynamic_sampling: bool = False  # drop groups whose rewards are all equal, sample again
+    max_num_gen_batches: int = 3  # rollout tries per step
+    cold_start_steps: int = 0  # dynamic sampling stays off for steps ≤ this
 
 
-def _common(*, kl: bool = True, aggregation: agg.Aggregation | None = None) -> tuple:
-    """Invalid penalty, KL (k3, 0.01) and entropy (0.001) terms shared by the scripts."""
-    parts: list = [rewards.invalid_action_penalty(INVALID_ACTION_PENALTY)]
-    if kl:
-        parts.append(regularize.kl("k3", KL_COEF, aggregation=aggregation))
-    parts.append(regularize.entropy(ENTROPY_COEF, aggregation=aggregation))
-    return tuple(parts)
-
-
-def grpo(env: str = "alfworld") -> Objective:
-    """GRPO: pooled-turn GRPO advantages + PPO dual clip, token-mean (spec §5.1, §3.1)."""
-    _check_env(env)
-    return chain(advantage.grpo(), ratio.vanilla(), agg.token_mean(), *_common())
-
-
-def grpo_st(env: str = "alfworld") -> Objective:
-    """GRPO_ST: GRPO with seq-mean-token-mean aggregation (spec §9.1)."""
-    _check_env(env)
-    return chain(advantage.grpo(), ratio.vanilla(), agg.seq_mean_token_mean(), *_common())
-
-
-def grpo_sm(env: str = "alfworld") -> Objective:
-    """GRPO_SM: GRPO + off-policy sequence masking, δ = 3e-3 as in the agentic SM scripts."""
-    _check_env(env)
-    return chain(
-        advantage.grpo(),
-        ratio.sequence_mask(SEQ_MASK_DELTA),
-        ratio.vanilla(),
-        agg.token_mean(),
-        *_common(),
-    )
-
-
-def sapo(env: str = "alfworld") -> Objective:
-    """SAPO: soft gate with τ+ = 1.0, τ− = 1.05 (spec §3.6).
-
-    The WebShop release script also turns on sequence masking (δ = 3e-3), so ``webshop`` does.
-    """
-    masks = (ratio.sequence_mask(SEQ_MASK_DELTA),) if _check_env(env) == "webshop" else ()
-    return chain(advantage.grpo(), *masks, ratio.sapo(1.0, 1.05), agg.token_mean(), *_common())
-
-
-def sapo_sm(env: str = "alfworld") -> Objective:
-    """SAPO_SM: SAPO + sequence masking, δ = 3e-3 (spec §9.1)."""
-    _check_env(env)
-    return chain(
-        advantage.grpo(),
-        ratio.sequence_mask(SEQ_MASK_DELTA),
-        ratio.sapo(1.0, 1.05),
-        agg.token_mean(),
-        *_common(),
-    )
-
-
-def cispo(env: str = "alfworld") -> Objective:
-    """CISPO: clip_ratio_low = 1.0 (no lower bound), high 0.2 (spec §3.7).
-
-    The WebShop release script adds sequence masking (δ = 3e-3), so ``webshop`` does.
-    """
-    masks = (ratio.sequence_mask(SEQ_MASK_DELTA),) if _check_env(env) == "webshop" else ()
-    loss = ratio.cispo(clip_ratio_low=1.0, clip_ratio_high=0.2)
-    return chain(advantage.grpo(), *masks, loss, agg.token_mean(), *_common())
-
-
-def cispo_sm(env: str = "alfworld") -> Objective:
-    """CISPO_SM: CISPO + sequence masking, δ = 3e-3 (spec §9.1)."""
-    _check_env(env)
-    return chain(
-        advantage.grpo(),
-        ratio.sequence_mask(SEQ_MASK_DELTA),
-        ratio.cispo(clip_ratio_low=1.0, clip_ratio_high=0.2),
-        agg.token_mean(),
-        *_common(),
-    )
-
-
-def gspo(env: str = "alfworld") -> Objective:
-    """GSPO: turn-level geometric-mean ratio, pg loss seq-mean-token-mean (spec §3.5, §9).
-
-    ALFWorld: ε = (3e-3, 4e-3), KL and entropy stay token-mean (the script's loss_agg_mode).
-    WebShop: ε = (3e-2, 4e-2) and loss_agg_mode = seq-mean-token-mean for every term.
-    """
-    if _check_env(env) == "webshop":
-        smtm = agg.seq_mean_token_mean()
-        return chain(advantage.grpo(), ratio.gspo(3e-2, 4e-2), smtm, *_common())
-    return chain(
-        advantage.grpo(),
-        ratio.gspo(3e-3, 4e-3),
-        agg.seq_mean_token_mean(),
-        *_common(aggregation=agg.token_mean()),
-    )
-
-
-def gigpo(env: str = "alfworld") -> Objective:
-    """GiGPO: episode + anchor-state step advantages, ω = 1, mean_std_norm, γ = 0.95 (§5.9)."""
-    _check_env(env)
-    estimator = advantage.gigpo(gamma=GAMMA, step_weight=1.0, mode="mean_std_norm")
-    return chain(estimator, ratio.vanilla(), agg.token_mean(), *_common())
-
-
-def empg(env: str = "alfworld") -> Objective:
-    """EMPG: entropy-modulated GRPO advantages, k = k_f = 1, ζ = 0.05 (spec §5.10)."""
-    _check_env(env)
-    return chain(advantage.empg(), ratio.vanilla(), agg.token_mean(), *_common())
-
-
-def dapo_grpo(env: str = "alfworld") -> Objective:
-    """DAPO_GRPO: GRPO + dynamic sampling + overlong shaping; no clip-higher (spec §6.2, §7).
-
-    ``max_num_gen_batches`` is 2 (the trainer forces it for ``dapo``); cold start 15 steps on
-    ALFWorld, 0 on WebShop.
-    """
-    cold_start = 0 if _check_env(env) == "webshop" else 15
-    return chain(
-        advantage.grpo(),
-        rewards.dapo_overlong(MAX_RESPONSE_LENGTH),
-        ratio.vanilla(),
-        agg.token_mean(),
-        GroupFilter(max_num_gen_batches=2, cold_start_steps=cold_start),
-        *_common(),
-    )
-
-
-def dapo_gigpo(env: str = "alfworld") -> Objective:
-    """DAPO_GiGPO: GiGPO + dynamic sampling, without overlong shaping.
-
-    No script was released; the filter settings are SAMPO's (3 tries, cold start 15 on
-    ALFWorld, 5 on WebShop), an inference recorded in spec §9.1.
-    """
-    cold_start = 5 if _check_env(env) == "webshop" else 15
-    return chain(
-        advantage.gigpo(gamma=GAMMA, step_weight=1.0, mode="mean_std_norm"),
-        ratio.vanilla(),
-        agg.token_mean(),
-        GroupFilter(max_num_gen_batches=3, cold_start_steps=cold_start),
-        *_common(),
-    )
-
-
-def sampo(env: str = "alfworld") -> Objective:
-    """SAMPO = GiGPO advantages + GSPO turn-level clipping + dynamic sampling (spec §8).
-
-    ε = (3e-3, 4e-3), every term aggregated seq-mean-token-mean, k3 KL 0.01, entropy 0.001,
-    invalid penalty 0.1, γ = 0.95, ω = 1; filter with 3 tries. ALFWorld: mean_std_norm and
-    cold start 15; WebShop: the yaml default mean_norm and cold start 5.
-    """
-    webshop = _check_env(env) == "webshop"
-    return chain(
-        advantage.gigpo(
-            gamma=GAMMA, step_weight=1.0, mode="mean_norm" if webshop else "mean_std_norm"
-        ),
-        ratio.gspo(3e-3, 4e-3),
-        agg.seq_mean_token_mean(),
-        GroupFilter(max_num_gen_batches=3, cold_start_steps=5 if webshop else 15),
-        *_common(),
-    )
-
-
-def dr_grpo(env: str = "alfworld") -> Objective:
-    """Dr.GRPO: no std division, seq-mean-token-sum / L_max with L_max = 500 (spec §3.4, §5.3)."""
-    _check_env(env)
-    smts = agg.seq_mean_token_sum()
-    return chain(advantage.drgrpo(), ratio.dr_grpo(500), smts, *_common(kl=False))
-
-
-def vanilla_grpo(env: str = "alfworld") -> Objective:
-    """Vanilla GRPO: pool = per-trajectory mean scores (spec §5.2); no KL loss."""
-    _check_env(env)
-    return chain(advantage.vanilla_grpo(), ratio.vanilla(), agg.token_mean(), *_common(kl=False))
-
-
-def rloo(env: str = "alfworld") -> Objective:
-    """RLOO leave-one-out advantages over pooled turn rows (spec §5.4) with the GRPO recipe."""
-    _check_env(env)
-    return chain(advantage.rloo(), ratio.vanilla(), agg.token_mean(), *_common())
-
-
-def reinforce_pp(env: str = "alfworld") -> Objective:
-    """REINFORCE++: token-level discounted returns (γ = 0.95), whitened (spec §5.6); no KL."""
-    _check_env(env)
-    estimator = advantage.reinforce_plus_plus(gamma=GAMMA)
-    return chain(estimator, ratio.vanilla(), agg.token_mean(), *_common(kl=False))
-
-
-def reinforce_pp_baseline(env: str = "alfworld") -> Objective:
-    """REINFORCE++ with the group-mean baseline and token whitening (spec §5.5); no KL."""
-    _check_env(env)
-    estimator = advantage.reinforce_plus_plus_baseline()
-    return chain(estimator, ratio.vanilla(), agg.token_mean(), *_common(kl=False))
-
-
-def ppo(env: str = "alfworld") -> Objective:
-    """PPO-style vanilla: GAE (γ = 0.95, λ = 1) from critic values + dual clip (spec §5.7)."""
-    _check_env(env)
-    estimator = advantage.gae(gamma=GAMMA, lam=1.0)
-    return chain(estimator, ratio.vanilla(), agg.token_mean(), *_common(kl=False))
-
-
-PRESETS: dict[str, Callable[[str], Objective]] = {
-    "grpo": grpo,
-    "grpo_st": grpo_st,
-    "grpo_sm": grpo_sm,
-    "sapo": sapo,
-    "sapo_sm": sapo_sm,
-    "cispo": cispo,
-    "cispo_sm": cispo_sm,
-    "gspo": gspo,
-    "gigpo": gigpo,
-    "empg": empg,
-    "dapo_grpo": dapo_grpo,
-    "dapo_gigpo": dapo_gigpo,
-    "sampo": sampo,
-    "dr_grpo": dr_grpo,
-    "vanilla_grpo": vanilla_grpo,
-    "rloo": rloo,
-    "reinforce_pp": reinforce_pp,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "ppo": ppo,
+# (predicate, requirement) per numeric field; None passes (regularizer_agg_mode's "follow").
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "invalid_penalty": (lambda v: v >= 0, ">= 0"),
+    "kl_coef": (lambda v: v >= 0, ">= 0"),
+    "entropy_coef": (lambda v: v >= 0, ">= 0"),
+    "clip_low": (lambda v: v >= 0, ">= 0"),
+    "clip_high": (lambda v: v >= 0, ">= 0"),
+    "clip_ratio_c": (lambda v: v > 1, "> 1"),
+    "seq_mask_delta": (lambda v: v > 0, "> 0"),
+    "sapo_tau_pos": (lambda v: v > 0, "> 0"),
+    "sapo_tau_neg": (lambda v: v > 0, "> 0"),
+    "gamma": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "gae_lambda": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "step_weight": (lambda v: v >= 0, ">= 0"),
+    "drgrpo_max_length": (lambda v: v >= 1, ">= 1"),
+    "overlong_max_length": (lambda v: v >= 5, ">= 5 (the buffer is a fifth of it)"),
+    "empg_k": (lambda v: v >= 0, ">= 0"),
+    "empg_k_f": (lambda v: v >= 0, ">= 0"),
+    "empg_zeta": (lambda v: v >= 0, ">= 0"),
+    "max_num_gen_batches": (lambda v: v >= 1, ">= 1"),
+    "cold_start_steps": (lambda v: v >= 0, ">= 0"),
 }
 
 
-def build(name: str, env: str = "alfworld") -> Objective:
-    """The preset ``name`` (case-insensitive: ``"SAMPO"``, ``"DAPO_GiGPO"``, ...) for ``env``."""
+def invalid_settings(s: MethodSettings) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for every value outside its range (NaN fails every rule)."""
+    for name, (ok, requirement) in _RULES.items():
+        value = getattr(s, name)
+        if value is not None and not ok(value):
+            yield name, f"must be {requirement}, got {value!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks: the generic knobs every preset reads.
+# ---------------------------------------------------------------------------------------------
+
+GENERIC = (
+    "invalid_penalty",
+    "use_kl_loss",
+    "kl_type",
+    "kl_coef",
+    "entropy_coef",
+    "loss_agg_mode",
+    "regularizer_agg_mode",
+    "use_seq_mask",
+    "seq_mask_delta",
+    "dynamic_sampling",
+    "max_num_gen_batches",
+    "cold_start_steps",
+)
+CLIP = ("clip_low", "clip_high")
+DUAL_CLIP = (*CLIP, "clip_ratio_c")
+
+
+def _generic(s: MethodSettings) -> tuple:
+    """Aggregation, sequence mask, invalid penalty, KL and entropy terms and the group filter."""
+    regularizer_agg = (
+        None if s.regularizer_agg_mode is None else agg.by_name(s.regularizer_agg_mode)
+    )
+    parts: list = [agg.by_name(s.loss_agg_mode), rewards.invalid_action_penalty(s.invalid_penalty)]
+    if s.use_seq_mask:
+        parts.append(ratio.sequence_mask(s.seq_mask_delta))
+    if s.use_kl_loss:
+        parts.append(regularize.kl(s.kl_type, s.kl_coef, aggregation=regularizer_agg))
+    parts.append(regularize.entropy(s.entropy_coef, aggregation=regularizer_agg))
+    if s.dynamic_sampling:
+        parts.append(GroupFilter(s.max_num_gen_batches, s.cold_start_steps))
+    return tuple(parts)
+
+
+def _dual_clip(s: MethodSettings) -> Any:
+    return ratio.vanilla(
+        clip_ratio_low=s.clip_low, clip_ratio_high=s.clip_high, clip_ratio_c=s.clip_ratio_c
+    )
+
+
+def _gigpo(s: MethodSettings) -> Any:
+    return advantage.gigpo(gamma=s.gamma, step_weight=s.step_weight, mode=s.gigpo_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# Builders: one per distinct composition; presets share them with other defaults.
+# ---------------------------------------------------------------------------------------------
+
+
+def grpo(s: MethodSettings) -> Objective:
+    """GRPO: pooled-turn GRPO advantages + PPO dual clip."""
+    return chain(advantage.grpo(), _dual_clip(s), *_generic(s))
+
+
+def sapo(s: MethodSettings) -> Objective:
+    """SAPO: GRPO advantages + soft gate (4/τ)·σ(τ(r − 1)), τ = τ+ if Ā > 0 else τ−."""
+    loss = ratio.sapo(
+        s.sapo_tau_pos, s.sapo_tau_neg, clip_ratio_low=s.clip_low, clip_ratio_high=s.clip_high
+    )
+    return chain(advantage.grpo(), loss, *_generic(s))
+
+
+def cispo(s: MethodSettings) -> Objective:
+    """CISPO: GRPO advantages + −sg(clip(r, 1−εl, 1+εh))·A·lp."""
+    loss = ratio.cispo(clip_ratio_low=s.clip_low, clip_ratio_high=s.clip_high)
+    return chain(advantage.grpo(), loss, *_generic(s))
+
+
+def gspo(s: MethodSettings) -> Objective:
+    """GSPO: GRPO advantages + turn-level geometric-mean ratio clip."""
+    return chain(advantage.grpo(), ratio.gspo(s.clip_low, s.clip_high), *_generic(s))
+
+
+def gigpo(s: MethodSettings) -> Objective:
+    """GiGPO: A = A_episode + ω·A_step (anchor-state groups) + PPO dual clip."""
+    return chain(_gigpo(s), _dual_clip(s), *_generic(s))
+
+
+def gigpo_gspo(s: MethodSettings) -> Objective:
+    """GiGPO advantages + GSPO turn-level clip: SAMPO's composition (with dynamic sampling)."""
+    return chain(_gigpo(s), ratio.gspo(s.clip_low, s.clip_high), *_generic(s))
+
+
+def empg(s: MethodSettings) -> Objective:
+    """EMPG: A' = g(Ĥ)·A_GRPO + ζ·f(Ĥ_next), re-centred, + PPO dual clip."""
+    estimator = advantage.empg(k=s.empg_k, k_f=s.empg_k_f, zeta=s.empg_zeta)
+    return chain(estimator, _dual_clip(s), *_generic(s))
+
+
+def dapo_grpo(s: MethodSettings) -> Objective:
+    """DAPO_GRPO: GRPO + overlong shaping min(−(L − (L_max − B))/B·0.1, 0), B = L_max/5."""
+    overlong = rewards.dapo_overlong(s.overlong_max_length)
+    return chain(advantage.grpo(), overlong, _dual_clip(s), *_generic(s))
+
+
+def dr_grpo(s: MethodSettings) -> Objective:
+    """Dr.GRPO: A = s − mean (no std) and the dual-clip loss divided by L_max."""
+    loss = ratio.dr_grpo(
+        s.drgrpo_max_length,
+        clip_ratio_low=s.clip_low,
+        clip_ratio_high=s.clip_high,
+        clip_ratio_c=s.clip_ratio_c,
+    )
+    return chain(advantage.drgrpo(), loss, *_generic(s))
+
+
+def vanilla_grpo(s: MethodSettings) -> Objective:
+    """Vanilla GRPO: the group pools per-trajectory mean scores."""
+    return chain(advantage.vanilla_grpo(), _dual_clip(s), *_generic(s))
+
+
+def rloo(s: MethodSettings) -> Objective:
+    """RLOO: leave-one-out advantages over pooled turn rows."""
+    return chain(advantage.rloo(), _dual_clip(s), *_generic(s))
+
+
+def reinforce_pp(s: MethodSettings) -> Objective:
+    """REINFORCE++: token-level discounted returns, whitened."""
+    return chain(advantage.reinforce_plus_plus(gamma=s.gamma), _dual_clip(s), *_generic(s))
+
+
+def reinforce_pp_baseline(s: MethodSettings) -> Objective:
+    """REINFORCE++ with the group-mean baseline and token whitening."""
+    return chain(advantage.reinforce_plus_plus_baseline(), _dual_clip(s), *_generic(s))
+
+
+def ppo(s: MethodSettings) -> Objective:
+    """PPO-style: GAE(γ, λ) advantages from critic values + dual clip."""
+    estimator = advantage.gae(gamma=s.gamma, lam=s.gae_lambda)
+    return chain(estimator, _dual_clip(s), *_generic(s))
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A method: its builder, the fields it reads and its values that differ from the defaults."""
+
+    build: Callable[[MethodSettings], Objective]
+    knobs: tuple[str, ...]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    doc: str = ""
+
+
+NO_KL = {"use_kl_loss": False}
+SMTM = "seq-mean-token-mean"
+SEQ_MASK = {"use_seq_mask": True}
+GSPO_CLIP = {"clip_low": 3e-3, "clip_high": 4e-3}
+SAMPO_FILTER = {"dynamic_sampling": True, "max_num_gen_batches": 3, "cold_start_steps": 15}
+GIGPO_KNOBS = ("gamma", "step_weight", "gigpo_mode")
+
+PRESETS: dict[str, Preset] = {
+    "grpo": Preset(grpo, GENERIC + DUAL_CLIP, {}, "GRPO, token-mean"),
+    "grpo_st": Preset(
+        grpo, GENERIC + DUAL_CLIP, {"loss_agg_mode": SMTM}, "GRPO, seq-mean-token-mean"
+    ),
+    "grpo_sm": Preset(grpo, GENERIC + DUAL_CLIP, SEQ_MASK, "GRPO + sequence masking"),
+    "sapo": Preset(sapo, GENERIC + CLIP + ("sapo_tau_pos", "sapo_tau_neg"), {}, "SAPO soft gate"),
+    "sapo_sm": Preset(
+        sapo,
+        GENERIC + CLIP + ("sapo_tau_pos", "sapo_tau_neg"),
+        SEQ_MASK,
+        "SAPO + sequence masking",
+    ),
+    "cispo": Preset(cispo, GENERIC + CLIP, {"clip_low": 1.0}, "CISPO, no lower clip"),
+    "cispo_sm": Preset(
+        cispo,
+        GENERIC + CLIP,
+        {"clip_low": 1.0, **SEQ_MASK},
+        "CISPO + sequence masking",
+    ),
+    "gspo": Preset(
+        gspo,
+        GENERIC + CLIP,
+        {**GSPO_CLIP, "loss_agg_mode": SMTM, "regularizer_agg_mode": "token-mean"},
+        "GSPO; KL and entropy stay token-mean",
+    ),
+    "gigpo": Preset(gigpo, GENERIC + DUAL_CLIP + GIGPO_KNOBS, {}, "GiGPO, mean_std_norm"),
+    "empg": Preset(
+        empg, GENERIC + DUAL_CLIP + ("empg_k", "empg_k_f", "empg_zeta"), {}, "EMPG on GRPO"
+    ),
+    "dapo_grpo": Preset(
+        dapo_grpo,
+        GENERIC + DUAL_CLIP + ("overlong_max_length",),
+        {"dynamic_sampling": True, "max_num_gen_batches": 2, "cold_start_steps": 15},
+        "GRPO + dynamic sampling + overlong shaping",
+    ),
+    "dapo_gigpo": Preset(
+        gigpo, GENERIC + DUAL_CLIP + GIGPO_KNOBS, SAMPO_FILTER, "GiGPO + dynamic sampling"
+    ),
+    "sampo": Preset(
+        gigpo_gspo,
+        GENERIC + CLIP + GIGPO_KNOBS,
+        {**GSPO_CLIP, "loss_agg_mode": SMTM, **SAMPO_FILTER},
+        "GiGPO + GSPO + dynamic sampling",
+    ),
+    "dr_grpo": Preset(
+        dr_grpo,
+        GENERIC + DUAL_CLIP + ("drgrpo_max_length",),
+        {**NO_KL, "loss_agg_mode": "seq-mean-token-sum"},
+        "Dr.GRPO, no KL",
+    ),
+    "vanilla_grpo": Preset(vanilla_grpo, GENERIC + DUAL_CLIP, NO_KL, "vanilla GRPO, no KL"),
+    "rloo": Preset(rloo, GENERIC + DUAL_CLIP, {}, "RLOO"),
+    "reinforce_pp": Preset(
+        reinforce_pp, GENERIC + DUAL_CLIP + ("gamma",), NO_KL, "REINFORCE++, no KL"
+    ),
+    "reinforce_pp_baseline": Preset(
+        reinforce_pp_baseline, GENERIC + DUAL_CLIP, NO_KL, "REINFORCE++ with baseline, no KL"
+    ),
+    "ppo": Preset(
+        ppo, GENERIC + DUAL_CLIP + ("gamma", "gae_lambda"), NO_KL, "GAE from a critic, no KL"
+    ),
+}
+
+
+def preset_key(name: str) -> str:
+    """The registry key of ``name`` ("SAMPO", "DAPO_GiGPO", "Dr.GRPO" → sampo, dapo_gigpo, ...);
+    an unknown name raises one line with the closest match."""
     key = name.lower().replace("-", "_").replace(".", "_")
     if key not in PRESETS:
-        raise ValueError(f"unknown method preset {name!r}; expected one of {sorted(PRESETS)}")
-    return PRESETS[key](env)
+        close = difflib.get_close_matches(key, list(PRESETS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(PRESETS)}"
+        raise ValueError(f"unknown method preset {name!r} ({hint})")
+    return key
+
+
+def unused_knobs(name: str, overrides: Mapping[str, Any]) -> list[str]:
+    """The keys of ``overrides`` that the preset ``name`` does not read."""
+    knobs = PRESETS[preset_key(name)].knobs
+    return [key for key in overrides if key not in knobs]
+
+
+def settings(name: str, **overrides: Any) -> MethodSettings:
+    """The preset's :class:`MethodSettings`: shared defaults < the preset's < ``overrides``.
+
+    Raises ValueError (one line) for an unknown preset, a field the preset does not read or a
+    value out of range."""
+    unused = unused_knobs(name, overrides)
+    if unused:
+        raise ValueError(
+            f"method {preset_key(name)!r} does not read {', '.join(unused)} "
+            f"(its settings: {', '.join(PRESETS[preset_key(name)].knobs)})"
+        )
+    preset = PRESETS[preset_key(name)]
+    resolved = MethodSettings(**{**preset.defaults, **overrides})
+    for field, message in invalid_settings(resolved):
+        raise ValueError(f"{field} {message}")
+    return resolved
+
+
+def build(name: str, **overrides: Any) -> Objective:
+    """The objective of preset ``name`` with ``overrides`` applied (see :func:`settings`)."""
+    return PRESETS[preset_key(name)].build(settings(name, **overrides))

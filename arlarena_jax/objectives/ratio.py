@@ -1,8 +1,9 @@
-"""Importance ratios and clipping: the policy-loss components of spec §3.
+"""Importance ratios and clipping: the policy-loss components of docs/algorithms.md §4.
 
 Every loss is minimised and returns an ``[N, T]`` loss matrix ``L`` (aggregated afterwards by the
-objective's :mod:`~arlarena_jax.objectives.aggregate` mode) and the metrics of spec §3:
-``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (masked means over the policy-loss mask).
+objective's :mod:`~arlarena_jax.objectives.aggregate` mode) and the metrics of
+docs/algorithms.md §4: ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (masked means over the
+policy-loss mask).
 Notation: δ = lp − lp_old, δ_c = clip(δ, −20, 20), r = exp(δ_c), A the advantage matrix, m the mask.
 
 Sequence masking (:func:`sequence_mask`) and truncated importance sampling (:func:`truncated_is`)
@@ -16,13 +17,22 @@ import jax.numpy as jnp
 
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import LossWeight, MaskTransform, PolicyLoss
+from arlarena_jax.objectives.declare import Input, means
 from arlarena_jax.objectives.stats import masked_mean, row_lengths, row_mean
 
 Array = jax.Array
 sg = jax.lax.stop_gradient
 
-RATIO_LOG_CLAMP = 20.0  # |δ| clamp before exp for token-level ratios (spec §1)
-GSPO_LOG_CLAMP = 10.0  # upper clamp of the GSPO log ratio (spec §3.5)
+RATIO_LOG_CLAMP = 20.0  # |δ| clamp before exp for token-level ratios (docs/algorithms.md §4)
+GSPO_LOG_CLAMP = 10.0  # upper clamp of the GSPO log ratio (docs/algorithms.md §4.3)
+OLD_LOG_PROBS = frozenset({Input.OLD_LOG_PROBS})  # what every ratio reads besides lp
+# The metrics of every policy loss (docs/algorithms.md §4).
+PG_METRICS = means("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
+
+
+def _policy_loss(name: str, fn) -> PolicyLoss:
+    """A ratio-based policy loss: reads lp_old, emits the docs/algorithms.md §4 metrics (means)."""
+    return PolicyLoss(name, fn, needs=OLD_LOG_PROBS, reductions=PG_METRICS)
 
 
 def _clip_bounds(
@@ -44,7 +54,8 @@ def _token_ratio(log_probs: Array, old_log_probs: Array) -> tuple[Array, Array]:
 def _ppo_dual_clip(
     advantages: Array, ratio: Array, low: float, high: float, dual_clip: float
 ) -> tuple[Array, Array, Array]:
-    """Spec §3.1 steps 3–4: L = max(−A·r, −A·clip(r, 1−εl, 1+εh)), then min(·, −A·c) where A < 0.
+    """docs/algorithms.md §4.1: L = max(−A·r, −A·clip(r, 1−εl, 1+εh)), then min(·, −A·c) where
+    A < 0.
 
     Returns (L, clipped-mask [L2 > L1], dual-clipped-mask [Lc > L3 ∧ A < 0]).
     """
@@ -63,7 +74,7 @@ def vanilla(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
 ) -> PolicyLoss:
-    """PPO token clip with dual clip (spec §3.1).
+    """PPO token clip with dual clip (docs/algorithms.md §4.1).
 
     L = max(−A·r, −A·clip(r, 1−εl, 1+εh)); where A < 0, L ← min(L, −A·c).
     ∂L/∂lp = −A·r on active tokens (A > 0 ∧ r ≤ 1+εh, or A < 0 ∧ 1−εl ≤ r ≤ c), else 0.
@@ -73,7 +84,7 @@ def vanilla(
     low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound), got {clip_ratio_c}")
-    return PolicyLoss("vanilla", _vanilla_fn(low, high, clip_ratio_c, scale=1.0))
+    return _policy_loss("vanilla", _vanilla_fn(low, high, clip_ratio_c, scale=1.0))
 
 
 def _vanilla_fn(low: float, high: float, dual_clip: float, scale: float):
@@ -97,7 +108,7 @@ def dr_grpo(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
 ) -> PolicyLoss:
-    """Dr.GRPO loss (spec §3.4): the vanilla dual-clip loss divided by L_max.
+    """Dr.GRPO loss (docs/algorithms.md §4.2): the vanilla dual-clip loss divided by L_max.
 
     Composed with :func:`~arlarena_jax.objectives.aggregate.seq_mean_token_sum` it gives
     pg_loss = (1/N) Σ_i Σ_t m·L / L_max, with L_max = ``max_response_length``.
@@ -107,7 +118,7 @@ def dr_grpo(
         raise ValueError(f"max_response_length must be > 0, got {max_response_length}")
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound), got {clip_ratio_c}")
-    return PolicyLoss(
+    return _policy_loss(
         "dr_grpo", _vanilla_fn(low, high, clip_ratio_c, scale=1.0 / max_response_length)
     )
 
@@ -129,7 +140,7 @@ def _gspo_sequence_fn(clip_low: float, clip_high: float):
     """
 
     def fn(log_probs: Array, batch: TurnBatch, mask: Array):
-        delta = log_probs - batch.old_log_probs  # unclamped (spec §3.5 step 1)
+        delta = log_probs - batch.old_log_probs  # unclamped (docs/algorithms.md §4.3)
         s = jnp.exp(jnp.minimum(row_mean(delta, mask), GSPO_LOG_CLAMP))
         adv = row_mean(batch.advantages, mask)
         l1 = -adv * s
@@ -143,7 +154,7 @@ def _gspo_sequence_fn(clip_low: float, clip_high: float):
 
 def _gspo_token_fn(clip_low: float, clip_high: float):
     def fn(log_probs: Array, batch: TurnBatch, mask: Array):
-        delta = log_probs - batch.old_log_probs  # unclamped (spec §3.5 step 1)
+        delta = log_probs - batch.old_log_probs  # unclamped (docs/algorithms.md §4.3)
         log_s = log_probs - sg(log_probs) + sg(row_mean(delta, mask))[:, None]
         s = jnp.exp(jnp.minimum(log_s, GSPO_LOG_CLAMP))
         adv = batch.advantages
@@ -155,7 +166,8 @@ def _gspo_token_fn(clip_low: float, clip_high: float):
 
 
 def gspo(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
-    """GSPO with a per-turn geometric-mean ratio and the sequence's advantage (spec §3.5).
+    """GSPO with a per-turn geometric-mean ratio and the sequence's advantage
+    (docs/algorithms.md §4.3).
 
     s_i = exp(min(δ̄_i, 10)), δ̄_i = Σ_t m·δ / max(|y_i|, 1) (no ±20 clamp), and the row loss
     L_i = max(−Ā_i·s_i, −Ā_i·clip(s_i, 1−εl, 1+εh)) (no dual clip, Ā_i the row-mean advantage)
@@ -164,18 +176,19 @@ def gspo(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
     seq-mean-token-mean an unclipped row contributes −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|:
     GSPO's sequence gradient. verl's ``gspo`` loss
     equals this whenever the advantage is constant along the row (every outcome estimator).
-    Defaults are the GSPO paper's; the ARLArena presets pass their own (spec §9).
+    Defaults are the GSPO paper's; the ARLArena presets pass their own (docs/algorithms.md §8).
     """
-    return PolicyLoss("gspo", _gspo_sequence_fn(clip_low, clip_high))
+    return _policy_loss("gspo", _gspo_sequence_fn(clip_low, clip_high))
 
 
 def gspo_token(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
-    """GSPO-token (spec §3.5): as :func:`gspo` but with the token-level advantage A[i,t].
+    """GSPO-token (docs/algorithms.md §4.4): as :func:`gspo` but with the token-level advantage
+    A[i,t].
 
     s[i,t] = sg(s_i)·π(y_t)/sg(π(y_t)); L = max(−A·s, −A·clip(s, 1−εl, 1+εh)). This is verl's
     ``gspo`` formula verbatim; it differs from :func:`gspo` only for token-level advantages.
     """
-    return PolicyLoss("gspo_token", _gspo_token_fn(clip_low, clip_high))
+    return _policy_loss("gspo_token", _gspo_token_fn(clip_low, clip_high))
 
 
 def sapo(
@@ -185,7 +198,7 @@ def sapo(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
 ) -> PolicyLoss:
-    """SAPO soft adaptive gate (spec §3.6).
+    """SAPO soft adaptive gate (docs/algorithms.md §4.5).
 
     τ_i = τ+ if Ā_i > 0 else τ−; gate = (4/τ_i)·σ(τ_i·(r − 1)); L = −gate·A.
     ∂L/∂lp = −A·4σ(1−σ)·r, which is −A at r = 1. The clip ratios feed only the diagnostic
@@ -208,7 +221,7 @@ def sapo(
         }
         return -gate * adv, metrics
 
-    return PolicyLoss("sapo", fn)
+    return _policy_loss("sapo", fn)
 
 
 def cispo(
@@ -216,7 +229,7 @@ def cispo(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
 ) -> PolicyLoss:
-    """CISPO: clipped stop-gradient IS weight times log-prob (spec §3.7).
+    """CISPO: clipped stop-gradient IS weight times log-prob (docs/algorithms.md §4.6).
 
     r̂ = clip(r, 1−εl, 1+εh); L = −sg(r̂)·A·lp, so ∂L/∂lp = −r̂·A (never zeroed, only capped).
     The value contains lp itself. pg_clipfrac = mean[r ≠ r̂] (A = 0 tokens count too).
@@ -234,7 +247,7 @@ def cispo(
         }
         return -sg(clipped) * batch.advantages * log_probs, metrics
 
-    return PolicyLoss("cispo", fn)
+    return _policy_loss("cispo", fn)
 
 
 def gmpo(
@@ -242,7 +255,7 @@ def gmpo(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
 ) -> PolicyLoss:
-    """GMPO, geometric-mean policy optimisation (spec §3.8 ``geo_mean``).
+    """GMPO, geometric-mean policy optimisation (docs/algorithms.md §4.7, ``geo_mean``).
 
     δ̃ = sgn(A)·min(sgn(A)·δ, sgn(A)·clip(δ, −εl, εh)) (clip in log space, δ unclamped),
     ρ_i = exp(Σ_t m·δ̃ / (|y_i| + 1e-8)), Ā_i = Σ_t m·A / (|y_i| + 1e-8), row loss −Ā_i·ρ_i.
@@ -270,11 +283,11 @@ def gmpo(
         row_loss = -mean_adv * rho
         return jnp.broadcast_to(row_loss[:, None], log_probs.shape), metrics
 
-    return PolicyLoss("gmpo", fn)
+    return _policy_loss("gmpo", fn)
 
 
 def sequence_mask(delta: float = 0.223) -> MaskTransform:
-    """Off-policy sequence masking, the ``_SM`` variants (spec §3.2).
+    """Off-policy sequence masking, the ``_SM`` variants (docs/algorithms.md §4.8).
 
     Ā_i = row-mean advantage, κ_i = Σ_t m·(lp_old − lp) / max(|y_i|, 1) on unclamped δ. Row i is
     dropped from the policy loss iff Ā_i < 0 and κ_i > δ_SM. Recomputed for every micro-batch
@@ -292,11 +305,14 @@ def sequence_mask(delta: float = 0.223) -> MaskTransform:
         num_masked = jnp.sum(rejected * batch.row_mask)
         return mask * keep[:, None], {"num_masked_seqs": num_masked}
 
-    return MaskTransform("sequence_mask", fn)
+    return MaskTransform(
+        "sequence_mask", fn, needs=OLD_LOG_PROBS, reductions=means("num_masked_seqs")
+    )
 
 
 def truncated_is(cap: float) -> LossWeight:
-    """Truncated importance sampling (spec §3.3): L ← L·min(exp(lp_old − lp_rollout), cap).
+    """Truncated importance sampling (docs/algorithms.md §4.9):
+    L ← L·min(exp(lp_old − lp_rollout), cap).
 
     Corrects for the sampler/trainer mismatch; needs ``rollout_log_probs`` in the batch.
     """
@@ -308,4 +324,6 @@ def truncated_is(cap: float) -> LossWeight:
             raise ValueError("truncated_is needs TurnBatch.rollout_log_probs (sampler log-probs)")
         return jnp.minimum(jnp.exp(batch.old_log_probs - batch.rollout_log_probs), cap)
 
-    return LossWeight("truncated_is", fn)
+    return LossWeight(
+        "truncated_is", fn, needs=frozenset({Input.OLD_LOG_PROBS, Input.ROLLOUT_LOG_PROBS})
+    )

@@ -1,4 +1,5 @@
-"""Loss terms added to the policy loss: KL to a reference and the entropy bonus (spec §4).
+"""Loss terms added to the policy loss: KL to a reference and the entropy bonus
+(docs/algorithms.md §6).
 
 Both aggregate with the objective's aggregation unless given their own, and always use the
 original response mask (not the sequence-masked one), as verl does. The PPO critic's clipped
@@ -14,13 +15,14 @@ from arlarena_jax.objectives import kl as kl_estimators
 from arlarena_jax.objectives.aggregate import Aggregation
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Regularizer
+from arlarena_jax.objectives.declare import Input, means
 from arlarena_jax.objectives.stats import masked_mean
 
 Array = jax.Array
 
 
 def kl(kind: str = "k3", coef: float = 0.01, aggregation: Aggregation | None = None) -> Regularizer:
-    """KL loss term: + coef·agg(kl(lp, lp_ref), m) (spec §4, "KL as a loss").
+    """KL loss term: + coef·agg(kl(lp, lp_ref), m) (docs/algorithms.md §6.1).
 
     ``kind`` is a :mod:`~arlarena_jax.objectives.kl` estimator (k1, abs, k2, k3 and verl's aliases).
     ARLArena's agentic scripts use k3 with coef 0.01. Needs ``ref_log_probs`` in the batch.
@@ -38,11 +40,17 @@ def kl(kind: str = "k3", coef: float = 0.01, aggregation: Aggregation | None = N
         metrics = {"kl_loss": value, "kl_coef": jnp.asarray(coef, jnp.float32)}
         return coef * value, metrics
 
-    return Regularizer(f"kl_{kind}", fn)
+    return Regularizer(
+        f"kl_{kind}",
+        fn,
+        needs=frozenset({Input.REF_LOG_PROBS}),
+        reductions=means("kl_loss", "kl_coef"),
+    )
 
 
 def entropy(coef: float = 1e-3, aggregation: Aggregation | None = None) -> Regularizer:
-    """Entropy bonus: − coef·agg(H, m), H the current policy's token entropy (spec §4).
+    """Entropy bonus: − coef·agg(H, m), H the current policy's token entropy
+    (docs/algorithms.md §6.2).
 
     ``Objective.loss`` must receive the entropies. ARLArena's ALFWorld and WebShop configs carry
     coef = 0.001. Metric: entropy (the aggregated entropy).
@@ -59,7 +67,7 @@ def entropy(coef: float = 1e-3, aggregation: Aggregation | None = None) -> Regul
         value = agg(entropy_, batch.response_mask, batch.row_mask)
         return -coef * value, {"entropy": value}
 
-    return Regularizer("entropy", fn)
+    return Regularizer("entropy", fn, needs=frozenset({Input.ENTROPY}), reductions=means("entropy"))
 
 
 def value_loss(
@@ -71,7 +79,8 @@ def value_loss(
     aggregation: Aggregation,
     cliprange_value: float = 0.5,
 ) -> tuple[Array, dict[str, Array]]:
-    """PPO critic loss: 0.5·agg(max((v − R)², (clip(v, v_old ± ε) − R)²), m) (spec §4).
+    """PPO critic loss: 0.5·agg(max((v − R)², (clip(v, v_old ± ε) − R)²), m)
+    (docs/algorithms.md §3.7).
 
     Returns (loss, {"vf_loss", "vf_clipfrac"}), vf_clipfrac = mean[clipped sq > unclipped sq].
     """

@@ -1,4 +1,4 @@
-"""Reward shapers that act on token rewards before the advantage estimator (spec §5.0, §6, §4).
+"""Reward shapers that act on token rewards before the advantage estimator (docs/algorithms.md §2).
 
 Each constructor returns a :class:`~arlarena_jax.objectives.compose.RewardShaper` whose
 ``fn(batch, state) -> (batch, state, metrics)`` is pure and jittable. :meth:`Objective.prepare`
@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from arlarena_jax.objectives import kl as kl_estimators
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Metrics, RewardShaper, State
+from arlarena_jax.objectives.declare import Input, means
 from arlarena_jax.objectives.stats import last_token_onehot, masked_mean, row_lengths, row_mean
 
 Array = jax.Array
@@ -41,12 +42,13 @@ def _row_mean_of(values: Array, row_mask: Array) -> Array:
 
 
 # ---------------------------------------------------------------------------------------------
-# Invalid-action penalty (spec §5.0, §6.1).
+# Invalid-action penalty (docs/algorithms.md §2.1).
 # ---------------------------------------------------------------------------------------------
 
 
 def invalid_action_penalty(coef: float = 0.1) -> RewardShaper:
-    """Subtract c·(1 − valid_i) from the last-token reward and from the GiGPO step return (§5.0).
+    """Subtract c·(1 − valid_i) from the last-token reward and from the GiGPO step return
+    (docs/algorithms.md §2.1).
 
     token_rewards[i, last] −= c·(1 − valid_i); step_reward_adjust_i −= c·(1 − valid_i) (added to
     the step return without discounting). So s_i = R(traj(i)) − c·[turn i invalid].
@@ -64,18 +66,18 @@ def invalid_action_penalty(coef: float = 0.1) -> RewardShaper:
         metrics = {"valid_action_ratio": _row_mean_of(batch.action_valid, batch.row_mask)}
         return batch, state, metrics
 
-    return RewardShaper("invalid_action_penalty", fn)
+    return RewardShaper("invalid_action_penalty", fn, reductions=means("valid_action_ratio"))
 
 
 # ---------------------------------------------------------------------------------------------
-# DAPO overlong shaping (spec §6.2).
+# DAPO overlong shaping (docs/algorithms.md §2.2).
 # ---------------------------------------------------------------------------------------------
 
 
 def overlong_reward(
     lengths: Array, max_response_length: int, buffer: int, penalty_factor: float
 ) -> Array:
-    """r_over = min(−(L − (L_max − B))/B·penalty_factor, 0) (spec §6.2)."""
+    """r_over = min(−(L − (L_max − B))/B·penalty_factor, 0) (docs/algorithms.md §2.2)."""
     expected = max_response_length - buffer
     return jnp.minimum(-(lengths - expected) / buffer * penalty_factor, 0.0)
 
@@ -83,7 +85,8 @@ def overlong_reward(
 def dapo_overlong(
     max_response_length: int, buffer: int | None = None, penalty_factor: float = 0.1
 ) -> RewardShaper:
-    """DAPO overlong shaping (spec §6.2): add r_over at each row's last response token.
+    """DAPO overlong shaping (docs/algorithms.md §2.2): add r_over at each row's last response
+    token.
 
     L = the row's valid response length, B = ``buffer`` (default int(L_max/5), as the DAPO reward
     manager uses whatever the config says), r_over = min(−(L − (L_max − B))/B·factor, 0).
@@ -116,11 +119,13 @@ def dapo_overlong(
         }
         return batch._replace(token_rewards=rewards), state, metrics
 
-    return RewardShaper("dapo_overlong", fn)
+    return RewardShaper(
+        "dapo_overlong", fn, reductions=means("overlong_ratio", "overlong_reward_mean")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
-# KL in the reward (spec §4) and its coefficient controllers.
+# KL in the reward (docs/algorithms.md §2.3) and its coefficient controllers.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -154,7 +159,8 @@ def fixed_kl_controller(coef: float = 0.001) -> KLController:
 def adaptive_kl_controller(
     init_coef: float = 0.001, target_kl: float = 0.1, horizon: int = 10000
 ) -> KLController:
-    """Adaptive β (spec §4): β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·n_rows/horizon)."""
+    """Adaptive β (docs/algorithms.md §2.3):
+    β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·n_rows/horizon)."""
     if init_coef < 0:
         raise ValueError(f"KL init_coef must be >= 0, got {init_coef}")
     if target_kl <= 0:
@@ -178,9 +184,11 @@ _DEFAULT_KL_CONTROLLER = fixed_kl_controller(0.001)
 def kl_in_reward(
     kind: str = "k1", controller: KLController = _DEFAULT_KL_CONTROLLER
 ) -> RewardShaper:
-    """KL penalty in the reward (spec §4, ``algorithm.use_kl_in_reward``). Needs ref log-probs.
+    """KL penalty in the reward (docs/algorithms.md §2.3, ``algorithm.use_kl_in_reward``). Needs ref
+    log-probs.
 
-    token_rewards −= β·kl(lp_old, lp_ref)·m, with β = state["kl_reward_coef"]. Then
+    token_rewards −= β·kl(lp_old, lp_ref)·m, with β = state["kl_reward_coef"] (the shaper's own
+    entry of the objective state, so two such shapers keep separate coefficients). Then
     KL = mean over real rows of the per-row masked mean of kl (denominator max(|y_i|, 1)) and the
     controller updates β with n_rows = the number of real rows. Metrics: ``kl_reward_penalty``
     (KL) and ``kl_reward_coef`` (the β used for this batch). ``controller`` defaults to
@@ -209,4 +217,10 @@ def kl_in_reward(
         metrics = {"kl_reward_penalty": current_kl, "kl_reward_coef": beta}
         return batch._replace(token_rewards=rewards), state, metrics
 
-    return RewardShaper("kl_in_reward", fn, init)
+    return RewardShaper(
+        "kl_in_reward",
+        fn,
+        init,
+        needs=frozenset({Input.OLD_LOG_PROBS, Input.REF_LOG_PROBS}),
+        reductions=means("kl_reward_penalty", "kl_reward_coef"),
+    )

@@ -1,4 +1,4 @@
-"""Masked and segment statistics with static shapes (spec §1, "JAX advice").
+"""Masked and segment statistics with static shapes (docs/algorithms.md §1.2).
 
 Segment ids are dense int32 ids in ``[0, N)``; every reduction takes ``num_segments=N`` so shapes
 stay static under ``jit``. A ``weight`` (the row mask) removes padding rows from every statistic.
@@ -13,8 +13,8 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-EPS_STD = 1e-6  # the epsilon added to group standard deviations (spec §5.1)
-EPS_WHITEN = 1e-8  # the epsilon inside the token-whitening square root (spec §5.5)
+EPS_STD = 1e-6  # the epsilon added to group standard deviations (docs/algorithms.md §3.1)
+EPS_WHITEN = 1e-8  # the epsilon inside the token-whitening square root (docs/algorithms.md §3.5)
 
 
 def masked_sum(x: Array, mask: Array) -> Array:
@@ -23,7 +23,8 @@ def masked_sum(x: Array, mask: Array) -> Array:
 
 
 def masked_mean(x: Array, mask: Array) -> Array:
-    """Σ x·m / (Σ m + 1e-8): the verl masked mean used by every metric (spec §2, §3)."""
+    """Σ x·m / (Σ m + 1e-8): the verl masked mean used by every metric
+    (docs/algorithms.md §4, §5)."""
     return jnp.sum(x * mask) / (jnp.sum(mask) + 1e-8)
 
 
@@ -33,12 +34,13 @@ def row_lengths(mask: Array) -> Array:
 
 
 def row_mean(x: Array, mask: Array) -> Array:
-    """x̄_i = Σ_t x·m / max(|y_i|, 1) (spec §1)."""
+    """x̄_i = Σ_t x·m / max(|y_i|, 1)."""
     return jnp.sum(x * mask, axis=-1) / jnp.maximum(row_lengths(mask), 1.0)
 
 
 def masked_whiten(x: Array, mask: Array) -> Array:
-    """(x − μ)/√(var + 1e-8)·m with μ, var over valid tokens and var unbiased (n/(n−1)); spec §5.5.
+    """(x − μ)/√(var + 1e-8)·m with μ, var over valid tokens and var unbiased (n/(n−1));
+    docs/algorithms.md §3.5.
 
     With a single valid token the unbiased variance is undefined; it is taken as 0 (the value is
     then centred to 0), which keeps the result finite.
@@ -67,9 +69,9 @@ def segment_stats(values: Array, segment_ids: Array, weight: Array) -> SegmentSt
     The sums run on values shifted by a per-segment pivot p (the value of the segment's first
     real row), μ = p + Σ w(x − p)/Σ w and σ² = Σ w(x − μ)²/(Σ w − 1): for identical members every
     x − p is exactly 0, so μ = x and σ = 0 exactly, and a normalised advantage (x − μ)/(σ + ε)
-    is exactly 0 (spec §5.1: a float32 mean of 24 copies of 10.3 is off by 2e-6 otherwise, and
-    that error divided by a σ of 1e-6 is of order one). The shift also keeps the two-pass
-    variance accurate for values far from 0.
+    is exactly 0 (docs/algorithms.md §3.11: a float32 mean of 24 copies of 10.3 is off by 2e-6
+    otherwise, and that error divided by a σ of 1e-6 is of order one). The shift also keeps the
+    two-pass variance accurate for values far from 0.
     """
     n = values.shape[0]
     rows = jnp.arange(n)
@@ -95,7 +97,7 @@ def group_normalize(
     divide_by_std: bool,
     singleton_mean_is_value: bool,
 ) -> Array:
-    """(x − μ_g)/(σ_g + 1e-6), or x − μ_g, per segment (spec §5.1, §5.9).
+    """(x − μ_g)/(σ_g + 1e-6), or x − μ_g, per segment (docs/algorithms.md §3.1, §3.9).
 
     Singletons (one member): episode groups use μ = 0, σ = 1 (``singleton_mean_is_value=False``),
     step groups use μ = x so the result is 0 (``singleton_mean_is_value=True``).
@@ -126,10 +128,10 @@ def segmented_reverse_discount(
 ) -> Array:
     """G_k = r_k + γ·G_{k+1} within each segment, rows visited in increasing ``order``.
 
-    Used for GiGPO step returns (segment = trajectory, order = turn index; spec §5.9). Rows are
-    sorted by (segment, order) and the recurrence runs as written, G ← r + a·shift(G) with a = γ
-    inside a segment and 0 at its end, repeated once per member of the longest segment: after j
-    rounds every row within j of its segment's end holds its final value, computed as
+    Used for GiGPO step returns (segment = trajectory, order = turn index; docs/algorithms.md §3.9).
+    Rows are sorted by (segment, order) and the recurrence runs as written, G ← r + a·shift(G) with
+    a = γ inside a segment and 0 at its end, repeated once per member of the longest segment:
+    after j rounds every row within j of its segment's end holds its final value, computed as
     r_k + γ·G_{k+1} from the final G_{k+1}. Every value is therefore the sequential recurrence's,
     so equal suffixes of two trajectories give bitwise equal returns wherever they sit in the
     batch (an associative scan rounds by position). The loop is a ``while_loop`` with a traced trip

@@ -1,14 +1,15 @@
 """Training metrics: TensorBoard event files, a one-line console progress, timing splits.
 
-Keys are the spec's (algorithms §10): ``actor/pg_loss``, ``actor/grad_norm``,
+Keys are the reference spec's: ``actor/pg_loss``, ``actor/grad_norm``,
 ``episode/success_rate``, ``critic/advantages/mean``, ``timing/rollout``, ``perf/tokens_per_s``,
 ``stability/<kind>`` … and are written as given, except that tensorboardX replaces characters
 TensorBoard rejects by ``_`` (``webshop_task_score (not success_rate)`` becomes
 ``webshop_task_score__not_success_rate_``). Micro-batch metrics are reduced with
-:func:`reduce_micro_batch_metrics` (§10: mean, except keys containing "max" → max and "min" →
-min). Event files are TFRecord streams of ``Event`` protos (8-byte little-endian length, masked
-CRC-32C of the length, payload, masked CRC-32C of the payload); :func:`read_scalars` reads them
-back without TensorFlow or TensorBoard.
+:func:`reduce_micro_batch_metrics`, each by the reduction its component declares
+(docs/algorithms.md §1.4: mean, max or min; :class:`~arlarena_jax.objectives.declare.Reduction`).
+Event files are TFRecord streams of ``Event`` protos (8-byte little-endian length, masked CRC-32C of
+the length, payload, masked CRC-32C of the payload); :func:`read_scalars` reads them back without
+TensorFlow or TensorBoard.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import struct
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,26 +32,34 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 
+from arlarena_jax.objectives.declare import Reduction
+
 log = logging.getLogger(__name__)
 
 
-def reduce_micro_batch_metrics(metrics: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """One value per key over micro-batches: max if the key contains "max", min if it contains
-    "min", else the mean (spec §10). A key missing from some micro-batches is reduced over the
-    others."""
+_HOST_REDUCE: dict[Reduction, Callable[[list[float]], float]] = {
+    Reduction.MEAN: lambda vals: float(np.mean(vals)),
+    Reduction.MAX: max,
+    Reduction.MIN: min,
+    Reduction.SUM: lambda vals: float(sum(vals)),
+}
+
+
+def reduce_micro_batch_metrics(
+    metrics: Sequence[Mapping[str, Any]], reductions: Mapping[str, Reduction]
+) -> dict[str, float]:
+    """One value per key over micro-batches, by the key's declared reduction
+    (docs/algorithms.md §1.4; e.g. ``Objective.metric_reductions``), never by its text. A key
+    missing from some micro-batches is reduced over the others; a key without a declaration
+    raises."""
     values: dict[str, list[float]] = defaultdict(list)
     for one in jax.device_get(list(metrics)):
         for key, value in one.items():
             values[key].append(float(np.asarray(value)))
-    out = {}
-    for key, vals in values.items():
-        if "max" in key:
-            out[key] = max(vals)
-        elif "min" in key:
-            out[key] = min(vals)
-        else:
-            out[key] = float(np.mean(vals))
-    return out
+    missing = sorted(set(values) - set(reductions))
+    if missing:
+        raise ValueError(f"metrics {missing} have no declared reduction")
+    return {key: _HOST_REDUCE[reductions[key]](vals) for key, vals in values.items()}
 
 
 class MetricsWriter:

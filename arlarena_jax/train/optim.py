@@ -1,9 +1,9 @@
 """The shared optimizer: global-norm clipping, then AdamW with a warm-up schedule (all optax).
 
-SFT recipe (spec environments §6, verl ``sft_trainer.yaml``): AdamW lr 1e-5, β = (0.9, 0.95),
+SFT recipe (verl ``sft_trainer.yaml``): AdamW lr 1e-5, β = (0.9, 0.95),
 weight decay 0.01, cosine schedule with 10 % warm-up, gradient clip 1.0. The RL actor uses the
-same chain with its own settings (verl's actor default β₂ = 0.999, which is this module's default;
-:func:`arlarena_jax.train.sft.run_sft` passes 0.95).
+same chain with its own settings (verl's actor default β₂ = 0.999, :class:`OptimConfig`'s default;
+cloning uses :data:`SFT_OPTIM`).
 
 Schedule over ``total_steps`` = T optimizer updates with W = ⌊T · warmup_ratio⌋ warm-up steps
 (verl's ``int(total_steps * warmup_steps_ratio)``); the learning rate of update k (0-based) is
@@ -26,11 +26,49 @@ train step reports ``optax.tree.norm(grads)`` (optax.global_norm, now deprecated
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 import optax
 
 SCHEDULES = ("cosine", "constant")
+Schedule = Literal["constant", "cosine"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optimizer's settings (the config's ``optim`` and ``sft.optim`` sections)."""
+
+    lr: float = 1e-6  # peak learning rate
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_ratio: float = 0.0
+    schedule: Schedule = "constant"
+    grad_clip: float | None = 1.0  # null: no clipping
+
+
+# The cloning recipe (verl sft_trainer.yaml).
+SFT_OPTIM = OptimConfig(lr=1e-5, betas=(0.9, 0.95), warmup_ratio=0.1, schedule="cosine")
+
+
+def invalid_optim(o: OptimConfig) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for every setting out of range (NaN fails every rule)."""
+    if not o.lr > 0:
+        yield "lr", f"must be > 0, got {o.lr!r}"
+    if not o.weight_decay >= 0:
+        yield "weight_decay", f"must be >= 0, got {o.weight_decay!r}"
+    if not all(0 <= b < 1 for b in o.betas):
+        yield "betas", f"each must lie in [0, 1), got {list(o.betas)}"
+    if not o.eps > 0:
+        yield "eps", f"must be > 0, got {o.eps!r}"
+    if not 0 <= o.warmup_ratio < 1:
+        yield "warmup_ratio", f"must lie in [0, 1), got {o.warmup_ratio!r}"
+    if o.grad_clip is not None and not o.grad_clip > 0:
+        yield "grad_clip", f"must be > 0 or null, got {o.grad_clip!r}"
 
 
 def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
@@ -63,33 +101,25 @@ def make_schedule(
     )
 
 
-def make_optimizer(
-    *,
-    learning_rate: float,
-    total_steps: int,
-    warmup_ratio: float = 0.1,
-    schedule: str = "cosine",
-    weight_decay: float = 0.01,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    grad_clip: float | None = 1.0,
-) -> optax.GradientTransformation:
-    """``chain(clip_by_global_norm(grad_clip), inject_hyperparams(adamw)(schedule, …))``.
-
-    ``grad_clip=None`` (or ≤ 0) disables clipping (an identity stage keeps the state layout).
-    """
+def make_optimizer(settings: OptimConfig, total_steps: int) -> optax.GradientTransformation:
+    """``chain(clip_by_global_norm(grad_clip), inject_hyperparams(adamw)(schedule, …))`` over
+    ``total_steps`` updates. ``grad_clip=None`` disables clipping (an identity stage keeps the
+    state layout)."""
+    for field, message in invalid_optim(settings):
+        raise ValueError(f"optimizer {field} {message}")
     lr = make_schedule(
-        learning_rate=learning_rate,
+        learning_rate=settings.lr,
         total_steps=total_steps,
-        warmup_ratio=warmup_ratio,
-        schedule=schedule,
+        warmup_ratio=settings.warmup_ratio,
+        schedule=settings.schedule,
     )
-    clip = optax.clip_by_global_norm(grad_clip) if grad_clip and grad_clip > 0 else optax.identity()
+    clip = settings.grad_clip
+    clip_stage = optax.clip_by_global_norm(clip) if clip is not None else optax.identity()
+    b1, b2 = settings.betas
     adamw = optax.inject_hyperparams(optax.adamw)(
-        learning_rate=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay
+        learning_rate=lr, b1=b1, b2=b2, eps=settings.eps, weight_decay=settings.weight_decay
     )
-    return optax.chain(clip, adamw)
+    return optax.chain(clip_stage, adamw)
 
 
 def current_learning_rate(opt_state: optax.OptState) -> jax.Array:

@@ -1,5 +1,5 @@
 """One RL iteration on the host: rollout (with dynamic sampling) → batch → log-probs → advantages →
-update → metrics (spec environments §1.2, algorithms §1, §7, §10).
+update → metrics (docs/environments.md §1.2; docs/algorithms.md §1, §7).
 
 The pieces are plain functions over explicit arguments; the trainer (``arlarena_jax.train.loop``)
 owns the state, the schedule, checkpoints and logging. Nothing here knows an algorithm by name:
@@ -20,14 +20,16 @@ from jax.sharding import Mesh
 
 from arlarena_jax.models.sharding import put_rows, to_host
 from arlarena_jax.objectives import dynamic_sampling
-from arlarena_jax.objectives.compose import Objective
+from arlarena_jax.objectives.batch import TurnBatch
+from arlarena_jax.objectives.compose import Objective, ObjectiveState
+from arlarena_jax.objectives.declare import Input, Reduction, reduce_stacked
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.policy import Policy
-from arlarena_jax.rollout.prompts import TaskFormat
 from arlarena_jax.train.metrics import Timer
 from arlarena_jax.train.sequences import bucket_length, rollout_batch
-from arlarena_jax.train.update import UpdateStep, reduce_metrics, run_update
+from arlarena_jax.train.update import UpdateStep, run_update, step_metric_reductions
 from envs.base import EnvBatch
+from envs.text import TaskFormat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +91,12 @@ def collect_batch(
     history_length: int,
     global_step: int,
 ) -> tuple[Rollout, Rollout, int]:
-    """Roll out (spec §1.2) with the objective's dynamic-sampling filter (spec algorithms §7).
+    """Roll out (docs/environments.md §1.2) with the objective's dynamic-sampling filter
+    (docs/algorithms.md §7).
 
     ``group_seeds(try_index)`` gives the task seeds of each try (fresh tasks per try). Returns the
-    kept groups merged, the last try's full rollout (the one rollout metrics come from, §7 step 5)
-    and the number of tries.
+    kept groups merged, the last try's full rollout (the one rollout metrics come from,
+    docs/algorithms.md §7) and the number of tries.
     """
     last: list[Rollout] = []
 
@@ -126,7 +129,7 @@ def collect_batch(
 
 
 def _token_stats(name: str, values: jax.Array, mask: jax.Array) -> dict[str, float]:
-    """mean/max/min of ``values`` over positions where ``mask`` > 0 (spec algorithms §10)."""
+    """mean/max/min of ``values`` over positions where ``mask`` > 0."""
     valid = np.asarray(mask) > 0
     v = np.asarray(values)[valid]
     if v.size == 0:
@@ -138,26 +141,13 @@ def _token_stats(name: str, values: jax.Array, mask: jax.Array) -> dict[str, flo
     }
 
 
-def update_policy(
-    setup: UpdateSetup,
-    params: Any,
-    opt_state: Any,
-    objective_state: dict,
-    rollout: Rollout,
-    *,
-    mini_batch_size: int,
-    ref_params: Any | None = None,
-    timer: Timer | None = None,
-) -> tuple[Any, Any, dict, dict[str, float]]:
-    """Batch the rollout, recompute old (and reference) log-probs, prepare advantages, and run
-    every mini-batch step. Returns new params, optimizer state, objective state and metrics;
-    ``timer`` (optional) gets the log-prob passes as ``update/log_probs``."""
-    timer = Timer() if timer is None else timer
+def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
+    """(sequences, batch, log-prob fn, update step) with the rollout packed to the smallest
+    power-of-two widths that hold its longest prompt and response."""
     longest_prompt = max((len(r.prompt_ids) for r in rollout.rows), default=1)
     longest_response = max((len(r.response_ids) for r in rollout.rows), default=1)
     prompt_length = min(bucket_length(longest_prompt), setup.prompt_length)
     response_length = min(bucket_length(longest_response), setup.response_length)
-    log_probs, update = setup.log_probs(prompt_length), setup.update(prompt_length)
     sequences, batch = rollout_batch(
         rollout,
         mini_batch_size=mini_batch_size,
@@ -166,32 +156,47 @@ def update_policy(
         pad_id=setup.pad_id,
         similarity_threshold=setup.objective.anchor_similarity,
     )
-    if setup.mesh is None:
-        place, host = None, lambda tree: tree
-    else:  # multi-process safe: every process holds the whole host batch
-        place, host = functools.partial(put_rows, mesh=setup.mesh), to_host
-        sequences = jax.tree.map(np.asarray, sequences)
-    on_device = sequences if place is None else place(sequences)
+    return sequences, batch, setup.log_probs(prompt_length), setup.update(prompt_length)
+
+
+def _with_log_probs(
+    setup: UpdateSetup, log_probs: Callable, params, ref_params, on_device, batch, host
+) -> TurnBatch:
+    """``batch`` with lp_old recomputed by ``params``, and what the objective declares: the old
+    entropies (``Input.OLD_ENTROPY``) and lp_ref from ``ref_params`` (``Input.REF_LOG_PROBS``)."""
+    needs = setup.objective.requirements
     mask = batch.response_mask
-    with timer("update/log_probs"):
-        old_lp, old_entropy = jax.block_until_ready(host(log_probs(params, on_device)))
-        batch = batch._replace(old_log_probs=old_lp * mask, old_entropy=old_entropy * mask)
-        if ref_params is not None:
-            ref_lp, _ = jax.block_until_ready(host(log_probs(ref_params, on_device)))
-            batch = batch._replace(ref_log_probs=ref_lp * mask)
-    batch, objective_state, prepare_metrics = setup.prepare(batch, objective_state)
-    params, opt_state, history = run_update(
-        update, params, opt_state, sequences, batch, ppo_epochs=setup.ppo_epochs, place=place
-    )
+    old_lp, old_entropy = jax.block_until_ready(host(log_probs(params, on_device)))
+    batch = batch._replace(old_log_probs=old_lp * mask)
+    if Input.OLD_ENTROPY in needs:
+        batch = batch._replace(old_entropy=old_entropy * mask)
+    if Input.REF_LOG_PROBS in needs:
+        if ref_params is None:
+            raise ValueError("the objective needs reference log-probs: pass ref_params")
+        ref_lp, _ = jax.block_until_ready(host(log_probs(ref_params, on_device)))
+        batch = batch._replace(ref_log_probs=ref_lp * mask)
+    return batch
+
+
+def _actor_metrics(
+    objective: Objective, history: list[dict[str, jax.Array]], ppo_epochs: int
+) -> dict[str, float]:
+    """``actor/<key>`` over every mini-batch step, each by its declared reduction, plus the
+    largest gradient norm, the number of skipped steps and the off-policy step count."""
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *history)
-    metrics = {f"actor/{k}": float(v) for k, v in reduce_metrics(stacked).items()}
-    metrics["actor/grad_norm_max"] = float(jnp.max(stacked["grad_norm"]))
-    metrics["actor/skipped_steps"] = float(jnp.sum(stacked["skipped"]))
-    metrics["actor/off_policy_step"] = float(len(history) // setup.ppo_epochs - 1)
-    metrics.update({k: float(v) for k, v in prepare_metrics.items()})
+    reduced = reduce_stacked(stacked, step_metric_reductions(objective))
+    metrics = {f"actor/{k}": float(v) for k, v in reduced.items()}
+    metrics["actor/grad_norm_max"] = float(Reduction.MAX.reduce(stacked["grad_norm"]))
+    metrics["actor/skipped_steps"] = float(Reduction.SUM.reduce(stacked["skipped"]))
+    metrics["actor/off_policy_step"] = float(len(history) // ppo_epochs - 1)
+    return metrics
+
+
+def _batch_metrics(batch: TurnBatch) -> dict[str, float]:
+    """Advantage, return and score statistics over real rows and tokens, and the batch size."""
     rows = np.asarray(batch.row_mask) > 0
-    real = mask * batch.row_mask[:, None]
-    metrics.update(_token_stats("critic/advantages", batch.advantages, real))
+    real = batch.response_mask * batch.row_mask[:, None]
+    metrics = _token_stats("critic/advantages", batch.advantages, real)
     metrics.update(_token_stats("critic/returns", batch.returns, real))
     scores = np.asarray(batch.episode_returns)[rows]
     if scores.size:
@@ -204,4 +209,39 @@ def update_policy(
         )
     metrics["batch/rows"] = float(rows.sum())
     metrics["batch/response_tokens"] = float(np.asarray(real).sum())
+    return metrics
+
+
+def update_policy(
+    setup: UpdateSetup,
+    params: Any,
+    opt_state: Any,
+    objective_state: ObjectiveState,
+    rollout: Rollout,
+    *,
+    mini_batch_size: int,
+    ref_params: Any | None = None,
+    timer: Timer | None = None,
+) -> tuple[Any, Any, ObjectiveState, dict[str, float]]:
+    """Batch the rollout, recompute old log-probs (and what the objective declares: old
+    entropies, reference log-probs), prepare advantages, and run every mini-batch step. Returns
+    new params, optimizer state, objective state and metrics; ``timer`` (optional) gets the
+    log-prob passes as ``update/log_probs``."""
+    timer = Timer() if timer is None else timer
+    sequences, batch, log_probs, update = _pack(setup, rollout, mini_batch_size)
+    if setup.mesh is None:
+        place, host = None, lambda tree: tree
+    else:  # multi-process safe: every process holds the whole host batch
+        place, host = functools.partial(put_rows, mesh=setup.mesh), to_host
+        sequences = jax.tree.map(np.asarray, sequences)
+    on_device = sequences if place is None else place(sequences)
+    with timer("update/log_probs"):
+        batch = _with_log_probs(setup, log_probs, params, ref_params, on_device, batch, host)
+    batch, objective_state, prepare_metrics = setup.prepare(batch, objective_state)
+    params, opt_state, history = run_update(
+        update, params, opt_state, sequences, batch, ppo_epochs=setup.ppo_epochs, place=place
+    )
+    metrics = _actor_metrics(setup.objective, history, setup.ppo_epochs)
+    metrics.update({k: float(v) for k, v in prepare_metrics.items()})
+    metrics.update(_batch_metrics(batch))
     return params, opt_state, objective_state, metrics

@@ -1,14 +1,14 @@
-"""Behaviour cloning (SFT) on per-turn samples (spec environments §6, §1.3).
+"""Behaviour cloning (SFT) on per-turn samples (docs/environments.md §5.2, §1.4).
 
 Sample → tokens (:func:`encode_example`): ``ids = chat_prompt_ids(prompt) + encode(reply) +
 [<|im_end|>]``, the RL prompt exactly as the policy sees it (one user message, generation prompt,
-thinking switch as in RL, spec §1.3) followed by what the policy must generate. Loss mask m_t = 1
-on the reply tokens and the closing ``<|im_end|>`` (the stop token), 0 on the prompt (verl: "all
-assistant tokens except the generation prompt"). The ids are built by concatenation rather than
-by rendering an assistant message through the template, because the template rewrites the reply:
-Qwen3's puts the reasoning between newlines (``<think>\\nplan\\n</think>\\n\\n``) and, for a reply
-without ``</think>``, inserts an empty ``<think>\\n\\n</think>\\n\\n``; it also appends a ``\\n``
-the policy never generates. Cloning those tokens would teach a format RL never samples.
+thinking switch as in RL, docs/environments.md §1.4) followed by what the policy must generate. Loss
+mask m_t = 1 on the reply tokens and the closing ``<|im_end|>`` (the stop token), 0 on the prompt
+(verl: "all assistant tokens except the generation prompt"). The ids are built by concatenation
+rather than by rendering an assistant message through the template, because the template rewrites
+the reply: Qwen3's puts the reasoning between newlines (``<think>\\nplan\\n</think>\\n\\n``) and,
+for a reply without ``</think>``, inserts an empty ``<think>\\n\\n</think>\\n\\n``; it also appends
+a ``\\n`` the policy never generates. Cloning those tokens would teach a format RL never samples.
 
 Loss of one batch (token mean over the batch, lp_{b,t} = log p(x_{b,t} | x_{b,<t})):
 
@@ -36,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from arlarena_jax.models.logprobs import token_log_probs
-from arlarena_jax.models.sharding import BATCH, tree_shardings
 from arlarena_jax.rollout.policy import chat_prompt_ids
-from arlarena_jax.train.optim import current_learning_rate, make_optimizer
+from arlarena_jax.train.optim import SFT_OPTIM, OptimConfig, current_learning_rate, make_optimizer
+from arlarena_jax.train.update import guarded_update, mesh_jit
 
 END_OF_TURN = "<|im_end|>"
 
@@ -189,41 +189,17 @@ def make_sft_step(
             return nll / jnp.maximum(tokens, 1.0), tokens
 
         (loss, tokens), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        grad_norm = optax.tree.norm(grads)  # = optax.global_norm
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        updates, new_opt = optimizer.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-        params = jax.tree.map(keep, new_params, params)
-        opt_state = jax.tree.map(keep, new_opt, opt_state)
+        guarded = guarded_update(optimizer, grads, opt_state, params, jnp.isfinite(loss))
         metrics = {
             "loss": loss,
-            "grad_norm": grad_norm,
-            "lr": current_learning_rate(new_opt),
+            "grad_norm": guarded.grad_norm,
+            "lr": current_learning_rate(guarded.proposed_opt_state),
             "tokens": tokens,
-            "skipped": 1 - finite.astype(jnp.int32),
+            "skipped": 1 - guarded.finite.astype(jnp.int32),
         }
-        return params, opt_state, metrics
+        return guarded.params, guarded.opt_state, metrics
 
-    if mesh is None:
-        return jax.jit(step, donate_argnums=(0, 1))
-    compiled: list[Callable] = []
-
-    def sharded_step(params, opt_state, batch):
-        if not compiled:
-            p_sh, o_sh = tree_shardings(params, mesh), tree_shardings(opt_state, mesh)
-            b_sh = SFTBatch(*[NamedSharding(mesh, BATCH)] * 3)
-            compiled.append(
-                jax.jit(
-                    step,
-                    in_shardings=(p_sh, o_sh, b_sh),
-                    out_shardings=(p_sh, o_sh, NamedSharding(mesh, PartitionSpec())),
-                    donate_argnums=(0, 1),
-                )
-            )
-        return compiled[0](params, opt_state, batch)
-
-    return sharded_step
+    return mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=True)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
@@ -258,13 +234,7 @@ def run_sft(
     epochs: float | None = None,
     batch_size: int = 8,
     buckets: Sequence[int] | None = None,
-    learning_rate: float = 1e-5,
-    warmup_ratio: float = 0.1,
-    schedule: str = "cosine",
-    weight_decay: float = 0.01,
-    b1: float = 0.9,
-    b2: float = 0.95,
-    grad_clip: float | None = 1.0,
+    optim: OptimConfig = SFT_OPTIM,
     seed: int = 0,
     enable_thinking: bool | None = None,
     chunk_size: int = 128,
@@ -273,7 +243,8 @@ def run_sft(
 ) -> tuple[nnx.Module, list[dict[str, float]]]:
     """Clone ``examples`` ((prompt, reply) pairs, e.g. :class:`~.demos.Demonstration`) into
     ``model`` (updated in place and returned) for ``steps`` updates or ``epochs`` epochs
-    (defaults: spec §6's AdamW 1e-5, β = (0.9, 0.95), wd 0.01, cosine, 10 % warm-up, clip 1.0).
+    with the optimizer ``optim`` (default :data:`~.optim.SFT_OPTIM`: AdamW 1e-5,
+    β = (0.9, 0.95), wd 0.01, cosine, 10 % warm-up, clip 1.0).
 
     History: one dict per step (``step`` plus the step's metrics as floats); ``log_fn(step,
     metrics)`` is called after each step. With ``mesh``, the model must already be sharded
@@ -287,19 +258,23 @@ def run_sft(
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
     total = steps if steps is not None else max(1, round(epochs * batcher.num_batches()))
-    optimizer = make_optimizer(
-        learning_rate=learning_rate,
-        total_steps=total,
-        warmup_ratio=warmup_ratio,
-        schedule=schedule,
-        weight_decay=weight_decay,
-        b1=b1,
-        b2=b2,
-        grad_clip=grad_clip,
-    )
+    optimizer = make_optimizer(optim, total)
     graphdef, params = nnx.split(model)
-    opt_state = optimizer.init(params)
     step_fn = make_sft_step(graphdef, optimizer, mesh=mesh, chunk_size=chunk_size)
+    params, history = _train(step_fn, params, optimizer.init(params), batcher, total, log_fn)
+    nnx.update(model, params)
+    return model, history
+
+
+def _train(
+    step_fn: Callable,
+    params: Any,
+    opt_state: Any,
+    batcher: SFTBatcher,
+    total: int,
+    log_fn: Callable[[int, dict[str, float]], None] | None,
+) -> tuple[Any, list[dict[str, float]]]:
+    """``total`` steps over the batcher's epochs in order; (params, per-step history)."""
     history: list[dict[str, float]] = []
     if not batcher.num_batches():
         raise ValueError("no examples to train on")
@@ -310,5 +285,4 @@ def run_sft(
         history.append({"step": float(step), **row})
         if log_fn is not None:
             log_fn(step, row)
-    nnx.update(model, params)
-    return model, history
+    return params, history

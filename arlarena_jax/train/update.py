@@ -1,6 +1,6 @@
 """The RL update on device: old/reference log-probs, advantages, and the mini-batch step.
 
-Order of spec algorithms §1 ("update structure"):
+Order of the update (docs/architecture.md, "One RL step", item 5):
 
 1. the batch of N turn rows is split sequentially, without shuffling, into mini-batches of
    ``mini_batch_size`` rows; each mini-batch into micro-batches of ``micro_batch_size``;
@@ -15,8 +15,10 @@ Order of spec algorithms §1 ("update structure"):
 
 ``lp_old`` and the old entropy are recomputed by the trainer's parameters before the update (not
 the sampler's log-probs, which go to ``rollout_log_probs`` for truncated importance sampling), and
-``lp_ref`` by the frozen reference parameters when the objective has a KL term. All functions are
-jitted once per static shape; the trainer knows no algorithm by name, only the ``Objective``.
+``lp_ref`` by the frozen reference parameters when a component declares ``Input.REF_LOG_PROBS``.
+Micro-batch metrics reduce by the reductions the components declare (``Objective.
+metric_reductions``), never by their names. All functions are jitted once per static shape; the
+trainer knows no algorithm by name, only the ``Objective`` and what it declares.
 """
 
 from __future__ import annotations
@@ -34,32 +36,35 @@ from arlarena_jax.models.logprobs import response_log_probs
 from arlarena_jax.models.sharding import BATCH, tree_shardings
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Objective
+from arlarena_jax.objectives.declare import (
+    Input,
+    MetricTable,
+    Reduction,
+    means,
+    merge_tables,
+    reduce_stacked,
+)
 from arlarena_jax.train.sequences import Sequences
 
 Array = jax.Array
 
 
-def needs_reference(objective: Objective) -> bool:
-    """Whether the objective reads ``ref_log_probs`` (a KL regularizer or KL-in-reward shaper)."""
-    names = [r.name for r in objective.regularizers] + [s.name for s in objective.shapers]
-    return any(name.startswith("kl") for name in names)
+TRAINER_INPUTS: frozenset[Input] = frozenset(
+    {
+        Input.OLD_LOG_PROBS,  # recomputed by the trainer's parameters before the update
+        Input.OLD_ENTROPY,  # from the same pass
+        Input.ENTROPY,  # from the micro-batch forward pass
+        Input.ROLLOUT_LOG_PROBS,  # reported by the sampler
+        Input.REF_LOG_PROBS,  # from frozen reference parameters, kept when declared
+    }
+)  # what this trainer can compute; no critic, so no Input.VALUES
+STEP_METRICS: MetricTable = means("grad_norm", "skipped")  # added by the update step
 
 
-def reduce_metrics(stacked: dict[str, Array], valid: Array | None = None) -> dict[str, Array]:
-    """Collapse a leading micro-batch axis: max for keys containing "max", min for "min", else
-    the mean (spec algorithms §10). ``valid`` [K] (optional) leaves out micro-batches that held
-    only padding rows; with none valid every value is 0."""
-    out = {}
-    for key, value in stacked.items():
-        w = jnp.ones(value.shape[:1], bool) if valid is None else valid
-        w = w.reshape(w.shape + (1,) * (value.ndim - 1))
-        if "max" in key:
-            out[key] = jnp.where(jnp.any(w, 0), jnp.max(jnp.where(w, value, -jnp.inf), 0), 0.0)
-        elif "min" in key:
-            out[key] = jnp.where(jnp.any(w, 0), jnp.min(jnp.where(w, value, jnp.inf), 0), 0.0)
-        else:
-            out[key] = jnp.sum(jnp.where(w, value, 0.0), 0) / jnp.maximum(jnp.sum(w, 0), 1)
-    return out
+def step_metric_reductions(objective: Objective) -> dict[str, Reduction]:
+    """The declared reduction of every metric an update step returns (objective + step)."""
+    declared = tuple(objective.metric_reductions.items())
+    return merge_tables([("objective", declared), ("update step", STEP_METRICS)])
 
 
 def mesh_jit(
@@ -69,7 +74,8 @@ def mesh_jit(
     trees (so it compiles on that call). The first ``state_args`` arguments (parameters,
     optimizer state) follow the partition rules; the other arguments are row batches split over
     ``data`` × ``fsdp``. Outputs: rows split the same way (``row_outputs``), or the state
-    arguments' shardings followed by replicated metrics."""
+    arguments' shardings followed by replicated metrics. ``donate`` donates the state
+    arguments. Shared by the RL update, the log-prob pass and the SFT step."""
     donate_argnums = tuple(range(state_args)) if donate else ()
     if mesh is None:
         return jax.jit(fn, donate_argnums=donate_argnums)
@@ -93,6 +99,51 @@ def mesh_jit(
     return call
 
 
+def unless_padding(real: Array, fn: Callable, *args):
+    """``fn(*args)`` if ``real``, else zeros of its output shapes, without running ``fn`` (a
+    ``lax.cond``): a micro-batch of padding rows only does no work."""
+
+    def padding(*args):
+        shapes = jax.eval_shape(fn, *args)
+        return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    return jax.lax.cond(real, fn, padding, *args)
+
+
+class GuardedUpdate(NamedTuple):
+    """One optimizer step behind the non-finite guard."""
+
+    params: Any
+    opt_state: Any
+    grad_norm: Array  # ‖g‖₂ before clipping
+    finite: Array  # bool: the step was applied
+    proposed_opt_state: Any  # the state the step produced (kept only if finite)
+
+
+def guarded_update(
+    optimizer: optax.GradientTransformation,
+    grads: Any,
+    opt_state: Any,
+    params: Any,
+    finite: Array | bool = True,
+) -> GuardedUpdate:
+    """Apply ``optimizer`` unless ‖g‖₂ (or the extra ``finite`` flag, e.g. the loss's) is not
+    finite; a skipped step keeps parameters and optimizer state. The optimizer sees
+    where(ok, g, 0), so non-finite values never enter its arithmetic."""
+    grad_norm = optax.tree.norm(grads)  # = optax.global_norm
+    ok = jnp.isfinite(grad_norm) & finite
+    safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
+    updates, proposed = optimizer.update(safe_grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+
+    def keep_if_ok(new, old):
+        return jnp.where(ok, new, old)
+
+    params = jax.tree.map(keep_if_ok, new_params, params)
+    kept = jax.tree.map(keep_if_ok, proposed, opt_state)
+    return GuardedUpdate(params, kept, grad_norm, ok, proposed)
+
+
 def make_log_prob_fn(
     graphdef: nnx.GraphDef,
     *,
@@ -114,11 +165,7 @@ def make_log_prob_fn(
         return stats.log_probs, stats.entropy
 
     def one(params, ids, mask):
-        def padding(params, ids, mask):
-            shapes = jax.eval_shape(run, params, ids, mask)
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-        return jax.lax.cond(jnp.any(mask > 0), run, padding, params, ids, mask)
+        return unless_padding(jnp.any(mask > 0), run, params, ids, mask)
 
     def fn(params, sequences: Sequences) -> tuple[Array, Array]:
         n, width = sequences.input_ids.shape
@@ -147,6 +194,50 @@ class UpdateStep(NamedTuple):
     micro_batch_size: int
 
 
+def _micro_grad_fn(
+    graphdef: nnx.GraphDef,
+    objective: Objective,
+    *,
+    prompt_length: int,
+    grad_accum: int,
+    temperature: float,
+    chunk_size: int,
+) -> Callable:
+    """``fn(params, ids, mask, batch) -> ((loss / grad_accum, metrics), grads)`` of one
+    micro-batch. The current entropies go to the loss only if a component declares
+    ``Input.ENTROPY`` (otherwise they are left unused and compiled away)."""
+    use_entropy = Input.ENTROPY in objective.requirements
+
+    def micro_loss(params, ids, mask, batch: TurnBatch):
+        model = nnx.merge(graphdef, params)
+        stats = response_log_probs(
+            model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
+        )
+        entropy = stats.entropy if use_entropy else None
+        loss, metrics = objective.loss(stats.log_probs, batch, entropy)
+        return loss / grad_accum, metrics
+
+    return jax.value_and_grad(micro_loss, has_aux=True)
+
+
+def _accumulate(grad_fn: Callable, params, micro, reductions: dict[str, Reduction]):
+    """Σ of the micro-batch gradients (a ``lax.scan``; padding-only micro-batches skipped) and
+    the micro-batch metrics reduced by their declared reductions over the real ones."""
+
+    def compute(data):
+        (_, metrics), grads = grad_fn(params, *data)
+        return grads, metrics
+
+    def body(acc, data):
+        real = jnp.any(data[2].row_mask > 0)
+        grads, metrics = unless_padding(real, compute, data)
+        return jax.tree.map(jnp.add, acc, grads), (metrics, real)
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    grads, (stacked, real) = jax.lax.scan(body, zeros, micro)
+    return grads, reduce_stacked(stacked, reductions, real)
+
+
 def make_update_step(
     graphdef: nnx.GraphDef,
     objective: Objective,
@@ -169,53 +260,26 @@ def make_update_step(
             f"{micro_batch_size}"
         )
     grad_accum = mini_batch_size // micro_batch_size
-
-    def micro_loss(params, ids, mask, batch: TurnBatch):
-        model = nnx.merge(graphdef, params)
-        stats = response_log_probs(
-            model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
-        )
-        loss, metrics = objective.loss(stats.log_probs, batch, stats.entropy)
-        return loss / grad_accum, metrics
-
-    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+    grad_fn = _micro_grad_fn(
+        graphdef,
+        objective,
+        prompt_length=prompt_length,
+        grad_accum=grad_accum,
+        temperature=temperature,
+        chunk_size=chunk_size,
+    )
+    reductions = objective.metric_reductions
 
     def step(params, opt_state, sequences: Sequences, batch: TurnBatch):
         def split(x):
             return x.reshape(grad_accum, micro_batch_size, *x.shape[1:])
 
         micro = jax.tree.map(split, (sequences.input_ids, sequences.attention_mask, batch))
-
-        def compute(data):
-            (_, metrics), grads = grad_fn(params, *data)
-            return grads, metrics
-
-        def padding(data):  # a micro-batch of padding rows only: no work, no gradient
-            shapes = jax.eval_shape(compute, data)
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-        def body(acc, data):
-            real = jnp.any(data[2].row_mask > 0)
-            grads, metrics = jax.lax.cond(real, compute, padding, data)
-            return jax.tree.map(jnp.add, acc, grads), (metrics, real)
-
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        grads, (stacked, real) = jax.lax.scan(body, zeros, micro)
-        metrics = reduce_metrics(stacked, real)
-        grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(grad_norm)
-        safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
-        updates, new_opt_state = optimizer.update(safe_grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-
-        def keep_if_finite(new, old):
-            return jnp.where(finite, new, old)
-
-        params = jax.tree.map(keep_if_finite, new_params, params)
-        opt_state = jax.tree.map(keep_if_finite, new_opt_state, opt_state)
-        metrics["grad_norm"] = grad_norm
-        metrics["skipped"] = (~finite).astype(jnp.float32)
-        return params, opt_state, metrics
+        grads, metrics = _accumulate(grad_fn, params, micro, reductions)
+        guarded = guarded_update(optimizer, grads, opt_state, params)
+        metrics["grad_norm"] = guarded.grad_norm
+        metrics["skipped"] = (~guarded.finite).astype(jnp.float32)
+        return guarded.params, guarded.opt_state, metrics
 
     jitted = mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=donate)
     return UpdateStep(jitted, mini_batch_size, micro_batch_size)
@@ -236,7 +300,7 @@ def run_update(
     ppo_epochs: int = 1,
     place: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any, list[dict[str, Array]]]:
-    """All mini-batches of all epochs, in order (spec algorithms §1); per-step metrics.
+    """All mini-batches of all epochs, in order (module docstring); per-step metrics.
     ``place`` (optional) moves each mini-batch slice onto the devices (e.g. ``put_rows``)."""
     n = sequences.input_ids.shape[0]
     if n % update.mini_batch_size:
