@@ -20,7 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from arlarena_jax.objectives import dynamic_sampling, presets
+from arlarena_jax.objectives.compose import Objective
 from arlarena_jax.objectives.host import HostTurn, collate
+from envs import registry
 
 ROOMS = ("kitchen", "hallway", "bedroom", "garden", "bathroom", "garage")
 
@@ -42,7 +44,7 @@ def synthetic_group(rng: np.random.Generator, task: int, group_size: int) -> lis
                     group=f"task{task}",
                     trajectory=f"task{task}/traj{member}",
                     turn=k,
-                    anchor=f"You are in the {ROOMS[int(rng.integers(0, 3 + k))]}.",
+                    anchor=f"You are in the {ROOMS[int(rng.integers(0, min(3 + k, len(ROOMS))))]}.",
                     episode_return=episode_return,
                     step_reward=10.0 if (won and k == turns - 1) else 0.0,
                     action_valid=bool(rng.random() < 0.9),
@@ -56,10 +58,9 @@ def synthetic_group(rng: np.random.Generator, task: int, group_size: int) -> lis
     return trajectories
 
 
-def demo(args: argparse.Namespace) -> int:
-    rng = np.random.default_rng(args.seed)
-    objective = presets.build(args.method, env=args.env)
-    print(f"method {args.method} ({args.env}):")
+def describe(objective: Objective, method: str, env: str) -> None:
+    """Print the components a method preset composes."""
+    print(f"method {method} ({env}):")
     print(f"  advantage    {objective.advantage.name}")
     print(f"  policy loss  {objective.policy_loss.name}")
     print(f"  aggregation  {objective.aggregation.name}")
@@ -68,6 +69,11 @@ def demo(args: argparse.Namespace) -> int:
     print(f"  regularizers {[r.name for r in objective.regularizers]}")
     print(f"  filter       {objective.group_filter}")
 
+
+def sampled_turns(
+    objective: Objective, args: argparse.Namespace, rng: np.random.Generator
+) -> list[HostTurn]:
+    """Synthetic groups through dynamic sampling; the kept groups' turns, flattened."""
     next_task = iter(range(10_000))
 
     def rollout() -> list[list[list[HostTurn]]]:
@@ -88,15 +94,11 @@ def demo(args: argparse.Namespace) -> int:
         f"\ndynamic sampling at step {args.step}: {result.num_tries} rollout(s), "
         f"kept per try {result.num_kept_per_try}, {len(result.groups)} groups"
     )
-    turns = [turn for group in result.groups for trajectory in group for turn in trajectory]
-    num_rows = 8 * ((len(turns) + 7) // 8)  # pad rows to a multiple of 8: fewer recompiles
-    batch = collate(
-        turns, num_rows=num_rows, num_tokens=16, similarity_threshold=objective.anchor_similarity
-    )
-    print(f"batch: {len(turns)} turn rows padded to {batch.response_mask.shape}")
+    return [turn for group in result.groups for trajectory in group for turn in trajectory]
 
-    prepared, _, shaping_metrics = jax.jit(objective.prepare)(batch)
-    row_adv = np.asarray(prepared.advantages[:, 0])
+
+def print_advantages(turns: list[HostTurn], advantages: np.ndarray) -> None:
+    """The first group's rows with the advantage on their response tokens."""
     print("\nfirst group's rows (advantage = value on each response token):")
     print("  traj  turn  anchor                     R     valid  advantage")
     first = turns[0].group
@@ -105,8 +107,24 @@ def demo(args: argparse.Namespace) -> int:
             break
         print(
             f"  {turn.trajectory.split('/')[-1]:>5} {turn.turn:>4}  {turn.anchor:<26} "
-            f"{turn.episode_return:4.0f}  {turn.action_valid!s:>5}  {row_adv[i]:+.4f}"
+            f"{turn.episode_return:4.0f}  {turn.action_valid!s:>5}  {advantages[i]:+.4f}"
         )
+
+
+def demo(args: argparse.Namespace) -> int:
+    rng = np.random.default_rng(args.seed)
+    overrides = registry.get(args.env).method_settings.get(args.method, {})
+    objective = presets.build(args.method, **overrides)  # with the env's release-script values
+    describe(objective, args.method, args.env)
+    turns = sampled_turns(objective, args, rng)
+    num_rows = 8 * ((len(turns) + 7) // 8)  # pad rows to a multiple of 8: fewer recompiles
+    batch = collate(
+        turns, num_rows=num_rows, num_tokens=16, similarity_threshold=objective.anchor_similarity
+    )
+    print(f"batch: {len(turns)} turn rows padded to {batch.response_mask.shape}")
+
+    prepared, _, shaping_metrics = jax.jit(objective.prepare)(batch)
+    print_advantages(turns, np.asarray(prepared.advantages[:, 0]))
 
     noise = jax.random.normal(jax.random.key(args.seed), batch.old_log_probs.shape) * 0.01
     log_probs = prepared.old_log_probs + noise  # a later, slightly off-policy mini-batch
@@ -138,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("demo", help="compose a method and evaluate it on a turn batch")
     run.add_argument("--method", default="sampo", choices=sorted(presets.PRESETS))
-    run.add_argument("--env", default="alfworld", choices=presets.ENVIRONMENTS)
+    run.add_argument("--env", default="alfworld", choices=registry.names())
     run.add_argument("--groups", type=int, default=4, help="task groups per batch")
     run.add_argument("--group-size", type=int, default=4, help="trajectories per group (n)")
     run.add_argument(
@@ -153,10 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("out", help="output directory (tokenizer.json, tokenizer_config.json)")
     convert.set_defaults(handler=convert_tokenizer)
     from arlarena_jax.train.commands import add_commands
-    from envs.alfworld.cli import add_commands as add_alfworld_commands
 
     add_commands(commands)
-    add_alfworld_commands(commands)
+    for name in registry.names():  # the environments' own subcommands (arlarena alfworld ...)
+        spec = registry.get(name)
+        if spec.commands is not None:
+            spec.commands(commands)
     return parser
 
 

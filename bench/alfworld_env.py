@@ -27,10 +27,11 @@ import statistics
 import time
 from pathlib import Path
 
-from arlarena_jax.rollout import ALFWORLD_FORMAT, collect
+from arlarena_jax.rollout import collect
 from envs.alfworld.data import JSON_DIR, find_games
 from envs.alfworld.env import AlfworldEnv, AlfworldFactory
 from envs.alfworld.expert import WalkthroughExpert, walkthrough
+from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
 

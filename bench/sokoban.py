@@ -1,8 +1,8 @@
 """Benchmark: the vmapped JAX Sokoban against the NumPy/Python reference stepping one env at a time.
 
-Baseline (same run, same machine): :mod:`envs.sokoban.reference`, the rules of spec environments
-§2 in NumPy/Python, one environment at a time, the way the original code runs them (its room
-generator reproduces the spec's seed-0 room and 200-seed histogram exactly).
+Baseline (same run, same machine): :mod:`envs.sokoban.reference`, the rules of
+docs/environments.md §3 in NumPy/Python, one environment at a time, the way the original code runs
+them (its room generator reproduces the spec's seed-0 room and 200-seed histogram exactly).
 
 Measured:
 

@@ -1,1 +1,2 @@
-"""Environments for agentic RL: Sokoban (gymnax, JAX-native) and the host-side worker pool."""
+"""Environments for agentic RL: Sokoban (JAX-native), ALFWorld (TextWorld), the host-side worker
+pool, and the registry the trainer reads them from (:mod:`envs.registry`)."""

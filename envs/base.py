@@ -3,8 +3,8 @@
 An :class:`EnvBatch` holds N environments. ``reset(seeds)`` starts one episode per environment
 (environments given equal seeds play the same task: that is how a GRPO group shares a task);
 ``step(actions)`` applies one already-projected action per environment. Observations are text; the
-rollout builds prompts from them and keeps the raw text as the GiGPO anchor (spec environments
-§1.6).
+rollout builds prompts from them and keeps the raw text as the GiGPO anchor
+(docs/environments.md §1.3).
 Stepping an environment whose episode has ended is allowed and changes nothing that is read.
 """
 

@@ -5,8 +5,8 @@ behind the :class:`envs.base.EnvBatch` protocol. It is the reference the pool (`
 tested against and the cheap choice for fast environments. Exceptions raised by environment code
 propagate to the caller here (the pool turns them into failed episodes instead).
 
-Groups (spec environments §1.1): env ``i`` belongs to group ``i // n``; all envs of a group get the
-same seed, hence the same task. :func:`grouped_seeds` builds that seed list.
+Groups (docs/environments.md §1.1): env ``i`` belongs to group ``i // n``; all envs of a group get
+the same seed, hence the same task. :func:`grouped_seeds` builds that seed list.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from envs.base import Observation, Step, TextEnv
 
 
 def grouped_seeds(group_seeds: Sequence[int], group_size: int) -> list[int]:
-    """Each group's seed repeated ``group_size`` times, groups in order (spec §1.1)."""
+    """Each group's seed repeated ``group_size`` times, groups in order
+    (docs/environments.md §1.1)."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     return [int(s) for s in group_seeds for _ in range(group_size)]

@@ -4,7 +4,7 @@
 Each worker owns a contiguous chunk of envs, built in the worker by the picklable ``factory()``.
 ``reset(seeds)`` and ``step(actions)`` send every worker its slice at once over its own Pipe, then
 gather the replies against one deadline (``reset_timeout`` / ``step_timeout``). Grouped resets
-(spec environments §1.1) come from equal seeds; see :func:`envs.local.grouped_seeds`.
+(docs/environments.md §1.1) come from equal seeds; see :func:`envs.local.grouped_seeds`.
 
 Failures never lose the batch:
 - a worker that dies, or misses the deadline, is killed and replaced by a fresh one (its envs are
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import Observation, Step, TextEnv
-from envs.local import check_length, make_step
+from envs.local import LocalEnvBatch, check_length, make_step
 
 logger = logging.getLogger(__name__)
 _POOLS: weakref.WeakSet[EnvPool] = weakref.WeakSet()
@@ -313,3 +313,14 @@ def _close_all_pools() -> None:
     """Best-effort shutdown of the pools still open when the interpreter exits."""
     for pool in list(_POOLS):
         pool.close()
+
+
+def text_env_batch(
+    factory: Callable[[], TextEnv], num_envs: int, num_workers: int, step_timeout: float = 60.0
+) -> LocalEnvBatch | EnvPool:
+    """``num_envs`` text environments: in this process when ``num_workers`` is 0, else in
+    ``min(num_workers, num_envs)`` pool processes (the trainer's ``env.num_workers``)."""
+    workers = min(num_workers, num_envs)
+    if workers == 0:
+        return LocalEnvBatch(factory, num_envs)
+    return EnvPool(factory, num_envs, workers, step_timeout=step_timeout)

@@ -30,7 +30,7 @@ def pytest_configure(config):
             raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires alfworld: {error}") from None
 
 
-# ---- ALFWorld (spec environments §3): the real engine and the shared evaluation problems ----
+# ---- ALFWorld (docs/environments.md §4): the real engine and the shared evaluation problems ----
 
 SPEC_GAME = "look_at_obj_in_light-CD-None-DeskLamp-320/trial_T20190907_224451_655673"
 

@@ -1,6 +1,6 @@
 """ALFWorld on the real TextWorld engine: game building, the environment, its expert, the pool.
 
-Spec environments §3 and the §8.3 test vector. Needs the ``alfworld`` extra and the shared
+docs/environments.md §4 and the spec's §8.3 test vector. Needs the ``alfworld`` extra and the shared
 evaluation tarball; skips with the reason otherwise (tests/conftest.py fixtures).
 """
 
@@ -11,13 +11,19 @@ import json
 import numpy as np
 import pytest
 
-from arlarena_jax.rollout import ALFWORLD_FORMAT, collect
+from arlarena_jax.rollout import collect
 from arlarena_jax.rollout.metrics import success_metrics
-from arlarena_jax.train.demos import alfworld_demonstrations
+from arlarena_jax.train.demos import expert_demonstrations
 from envs.alfworld.data import find_games, task_type_of
 from envs.alfworld.env import WIN_REWARD, AlfworldEnv, AlfworldFactory, play_order
-from envs.alfworld.expert import WalkthroughExpert, expert_reply, walkthrough
+from envs.alfworld.expert import (
+    WalkthroughExpert,
+    expert_reply,
+    walkthrough,
+    walkthrough_expert,
+)
 from envs.alfworld.games import task_description
+from envs.alfworld.prompts import ALFWORLD_FORMAT, alfworld_episode_metrics
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
 
@@ -76,7 +82,7 @@ def test_inapplicable_commands_use_steps_until_the_limit(spec_game):
     for k, command in enumerate(["", "fly to the moon", "<action>go to shelf 1"], start=1):
         obs, reward, done, info = env.step(command)
         assert obs.text == "Nothing happens." and reward == 0.0 and not info["won"]
-        assert done == (k == 3)  # the step limit ends the episode (spec §1.5)
+        assert done == (k == 3)  # the step limit ends the episode (docs/environments.md §4.5)
 
 
 def test_phrasing_is_reproducible_and_one_of_the_templates(spec_game):
@@ -118,16 +124,22 @@ def test_eight_environments_in_the_pool_play_the_expert(few_games):
     assert won == [n <= 50 for n in lengths]
     assert all(r.action_valid and r.format_valid for r in rollout.rows)
     assert [t.episode_return for t in rollout.trajectories] == [WIN_REWARD * w for w in won]
-    metrics = success_metrics(rollout.trajectories)
+    metrics = success_metrics(rollout.trajectories, alfworld_episode_metrics)
     types = {task_type_of(factory().game_for(s)) for s in seeds}
     assert metrics["success_rate"] == np.mean(won)
     assert sum(k.endswith("_success_rate") and k != "success_rate" for k in metrics) >= len(types)
 
 
+def demonstrations(envs, games, seeds):
+    """The walkthrough expert over ``games`` through the paper prompt, as the trainer runs it."""
+    expert = walkthrough_expert(games)
+    return expert_demonstrations(envs, expert, seeds, task_format=ALFWORLD_FORMAT, max_turns=50)
+
+
 def test_demonstrations_replay_the_expert_through_the_rl_prompts(few_games):
     games = [str(g) for g in few_games if len(walkthrough(g)) <= 50][:3]
     envs = LocalEnvBatch(AlfworldFactory(tuple(games)), 2)
-    demos = alfworld_demonstrations(envs, games, [0, 1, 2], task_format=ALFWORLD_FORMAT)
+    demos = demonstrations(envs, games, [0, 1, 2])
     ordered = play_order(games)
     expected = [c for s in range(3) for c in walkthrough(ordered[s])]
     assert [d.reply for d in demos] == [expert_reply(c) for c in expected]
@@ -154,9 +166,9 @@ def test_demonstrations_replay_each_distinct_game_once(few_games):
     games = [str(g) for g in few_games if len(walkthrough(g)) <= 50][:2]
     ordered = play_order(games)
     envs = CountingResets(AlfworldFactory(tuple(games)), 2)
-    demos = alfworld_demonstrations(envs, games, [1, 0, 3, 2, 5], task_format=ALFWORLD_FORMAT)
+    demos = demonstrations(envs, games, [1, 0, 3, 2, 5])
     assert sorted(set(envs.resets)) == [0, 1]  # two distinct games, one batch of two
     replies = {g: [expert_reply(c) for c in walkthrough(ordered[g])] for g in (0, 1)}
     assert [d.reply for d in demos] == [r for s in [1, 0, 3, 2, 5] for r in replies[s % 2]]
-    once = alfworld_demonstrations(envs, games, [1], task_format=ALFWORLD_FORMAT)
+    once = demonstrations(envs, games, [1])
     assert demos[: len(once)] == once

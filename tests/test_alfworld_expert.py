@@ -1,11 +1,11 @@
-"""The handcoded expert on valid_seen (spec environments §3.4–§3.6), on a fixed sample.
+"""The handcoded expert on valid_seen (docs/environments.md §4.2, §4.8), on a fixed sample.
 
 The official valid_seen holds 140 solvable games out of the 187 candidates the generator's filters
-keep (spec §3.5). "The expert solves at least 95 % of valid_seen" therefore means it must solve at
-least 0.95 × 140 = 133 of the 187 candidates, a fraction of 133 / 187 = 0.711. The whole split
-takes minutes to build (README: the measured count), so the suite checks every 8th candidate
-(24 games, all six task types) against that fraction. That the stored walkthroughs win in the
-environment the agent plays (not the expert's wrapper) is checked in test_alfworld_env.py.
+keep (docs/environments.md §4.2). "The expert solves at least 95 % of valid_seen" therefore means it
+must solve at least 0.95 × 140 = 133 of the 187 candidates, a fraction of 133 / 187 = 0.711. The
+whole split takes minutes to build (README: the measured count), so the suite checks every 8th
+candidate (24 games, all six task types) against that fraction. That the stored walkthroughs win in
+the environment the agent plays (not the expert's wrapper) is checked in test_alfworld_env.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 from envs.alfworld.data import TASK_TYPES, find_trials, task_type_of
 from envs.alfworld.games import build_trials
 
-OFFICIAL_SOLVABLE, CANDIDATES = 140, 187  # spec §3.5 / the generator's filters on valid_seen
+# docs/environments.md §4.2 / the generator's filters on valid_seen
+OFFICIAL_SOLVABLE, CANDIDATES = 140, 187
 STRIDE = 8
 
 

@@ -1,4 +1,5 @@
-"""The offline ALFWorld training-game generator (envs/alfworld/generate.py, spec environments §3.5).
+"""The offline ALFWorld training-game generator (envs/alfworld/generate.py,
+docs/environments.md §4.2).
 
 Needs the real engine (alfworld 0.4.2, textworld[pddl] 1.7.0) and the evaluation tarball
 (``$ARLARENA_ALFWORLD_TARBALL``, default ``../shared/data/alfworld/`` beside the checkout); the
@@ -77,7 +78,8 @@ def _state(problem_text: str) -> dict:
 
 
 def _check_rules(task_type: str, problem_text: str, traj: dict) -> None:
-    """Assert ALFRED's task rules (spec §3.5) on one generated problem, from its facts alone."""
+    """Assert ALFRED's task rules (docs/environments.md §4.2) on one generated problem, from its
+    facts alone."""
     s = _state(problem_text)
     params, scene_num = traj["pddl_params"], traj["scene"]["scene_num"]
     obj = params["object_target"]

@@ -1,6 +1,6 @@
 """The trainer end to end on ALFWorld (configs/alfworld/sampo_tiny.yaml cut to seconds): the
 tiny tokenizer built from expert turns, cloning on replayed walkthroughs, one SAMPO step in the
-pool, and held-out evaluation with per-task-type success keys (spec environments §1.8, §3, §6).
+pool, and held-out evaluation with per-task-type success keys (docs/environments.md §1.7, §4, §5).
 Structural checks only: files exist, metrics are finite, the success keys are those of the games
 played. Uses the built games of tests/conftest.py (skips without the engine or the data)."""
 

@@ -1,6 +1,6 @@
 """The host environment pool (envs/pool.py) against the in-process batch (envs/local.py).
 
-Spec environments §1.1 (grouped resets) and docs/environments.md §2.3 (pool: per-call timeouts,
+docs/environments.md §1.1 (grouped resets) and docs/environments.md §2.3 (pool: per-call timeouts,
 restart of a crashed or hung worker). Fault injection uses tests/faulty_env.py, importable by
 spawned workers.
 """

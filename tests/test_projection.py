@@ -1,6 +1,6 @@
-"""Text → action projection (spec environments §1.4) and the §8.1 test vectors.
+"""Text → action projection (docs/environments.md §1.5) and the spec's §8.1 test vectors.
 
-Expected values are written out by hand from the rules of spec §1.4.
+Expected values are written out by hand from the rules of docs/environments.md §1.5.
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arlarena_jax.rollout import Projection, get_task_format, project_sokoban, project_text
-from arlarena_jax.rollout.projection import FIRST_ACTION
+from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import Observation
+from envs.projection import FIRST_ACTION, Projection, project_text
+from envs.sokoban.prompts import SOKOBAN_FORMAT, project_sokoban
+from envs.webshop.prompts import WEBSHOP_FORMAT
 
 # ---- spec §8.1 vectors ----------------------------------------------------------------------
 
@@ -96,11 +98,9 @@ def test_unparsable_keeps_last_30_characters_unlowered():
 def test_task_formats_project_with_the_observation():
     obs = Observation("x", admissible=("go to desk 1", "help"))
     text = "<think>a</think><action>Go to desk 1</action>"
-    assert get_task_format("alfworld").project(text, obs) == Projection("go to desk 1", True, True)
-    assert (
-        get_task_format("webshop").project("<think>a</think><action>x</action>", obs).action_valid
-    )
-    assert get_task_format("sokoban").project("<think/><action>left</action>", obs).action == 3
+    assert ALFWORLD_FORMAT.project(text, obs) == Projection("go to desk 1", True, True)
+    assert WEBSHOP_FORMAT.project("<think>a</think><action>x</action>", obs).action_valid
+    assert SOKOBAN_FORMAT.project("<think/><action>left</action>", obs).action == 3
 
 
 # ---- Sokoban rules ---------------------------------------------------------------------------
@@ -147,6 +147,6 @@ def test_projection_never_raises(text, admissible):
         assert got.action_valid <= got.format_valid  # valid implies well formatted
     sok = project_sokoban(text)
     assert sok.action in range(5) and sok.format_valid
-    fmt = get_task_format("alfworld")
+    fmt = ALFWORLD_FORMAT
     fmt.memory_action(fmt.project(text, Observation(text, tuple(admissible))), text)
-    get_task_format("sokoban").memory_action(sok, text)
+    SOKOBAN_FORMAT.memory_action(sok, text)

@@ -1,4 +1,4 @@
-"""Prompt construction and memory (spec environments §1.3, §8.5).
+"""Prompt construction and memory (docs/environments.md §1.4; the spec's §8.5 vectors).
 
 Expected strings are written out by hand from the spec's rules, not produced by the code.
 """
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from arlarena_jax.rollout import HistoryWindow, SimpleMemory, get_task_format
-from arlarena_jax.rollout.prompts import (
-    WEBSHOP_MAX_PROMPT_CHARS,
-    alfworld_actions,
-    webshop_actions,
-)
+from arlarena_jax.rollout import SimpleMemory
+from envs import registry
+from envs.alfworld.prompts import ALFWORLD_FORMAT, alfworld_actions
 from envs.base import Observation
+from envs.sokoban.prompts import SOKOBAN_FORMAT
 from envs.sokoban.render import render_text
+from envs.text import HistoryWindow
+from envs.webshop.prompts import WEBSHOP_FORMAT, WEBSHOP_MAX_PROMPT_CHARS, webshop_actions
 
 INTRO = (
     "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly "
@@ -67,7 +67,7 @@ def test_memory_short_history_and_per_env_records():
 
 
 def test_alfworld_task_and_admissible_formatting():
-    fmt = get_task_format("alfworld")
+    fmt = ALFWORLD_FORMAT
     assert fmt.extract_task(Observation(INTRO)) == "look at cd under the desklamp."
     assert fmt.extract_task(Observation("no marker", task="put a cd in shelf")) == (
         "put a cd in shelf"
@@ -78,7 +78,7 @@ def test_alfworld_task_and_admissible_formatting():
 
 
 def test_alfworld_no_history_prompt():
-    prompt = get_task_format("alfworld").build_prompt(
+    prompt = ALFWORLD_FORMAT.build_prompt(
         Observation(INTRO, ADMISSIBLE), "look at cd under the desklamp.", None
     )
     assert prompt.startswith("\n")
@@ -94,7 +94,7 @@ def test_alfworld_history_prompt():
     memory.store([INTRO], ["look"])
     memory.store(["You arrive at shelf 1."], ["go to shelf 1"])
     obs = Observation("You pick up the cd 2 from the shelf 1.", ADMISSIBLE)
-    prompt = get_task_format("alfworld").build_prompt(
+    prompt = ALFWORLD_FORMAT.build_prompt(
         obs, "look at cd under the desklamp.", memory.window(0, 2)
     )
     assert "Your task is to: look at cd under the desklamp.\n" in prompt
@@ -111,7 +111,7 @@ def test_webshop_actions_and_task():
     assert webshop_actions(actions) == (
         "'search[<your query>]',\n'click[back to search]',\n'click[b07x]',"
     )
-    fmt = get_task_format("webshop")
+    fmt = WEBSHOP_FORMAT
     assert fmt.extract_task(Observation("'Search'", task="i need a red shirt")) == (
         "i need a red shirt"
     )
@@ -120,7 +120,7 @@ def test_webshop_actions_and_task():
 
 
 def test_webshop_prompts_and_length_fallback():
-    fmt = get_task_format("webshop")
+    fmt = WEBSHOP_FORMAT
     memory = SimpleMemory(1)
     memory.store(["'Search'"], ["search[red shirt]"])
     obs = Observation("'Back to Search' [SEP] 'Page 1 (Total results: 0)'", ("click[b1]",))
@@ -141,7 +141,7 @@ def test_webshop_prompts_and_length_fallback():
 
 
 def test_sokoban_prompts_put_the_grid_on_its_own_lines():
-    fmt = get_task_format("sokoban")
+    fmt = SOKOBAN_FORMAT
     grid = render_text(SEED0_GRID)
     assert fmt.extract_task(Observation(grid)) == ""
     admissible = 'Your admissible actions are ["up", "down", "left", "right"].\n'
@@ -157,20 +157,21 @@ def test_sokoban_prompts_put_the_grid_on_its_own_lines():
 
 
 def test_memory_words():
-    sok = get_task_format("sokoban")
+    sok = SOKOBAN_FORMAT
     words = [
         sok.memory_action(sok.project(f"<action>{w}</action>", None), "")
         for w in ("still", "up", "down", "left", "right", "nonsense")
     ]
     assert words == ["Still", "Up", "Down", "Left", "Right", "Still"]
-    alf = get_task_format("alfworld")
+    alf = ALFWORLD_FORMAT
     obs = Observation("x", ("look",))
     raw = "no tags at all, just a long rambling response here"
     assert alf.memory_action(alf.project(raw, obs), raw) == raw[-30:]
     assert alf.memory_action(alf.project("<action>Look</action>", obs), "") == "look"
 
 
-def test_unknown_task_format():
-    assert get_task_format("SOKOBAN").name == "sokoban"
-    with pytest.raises(ValueError, match="unknown task format 'chess'"):
-        get_task_format("chess")
+def test_formats_by_environment_and_unknown_environment():
+    assert registry.get("sokoban").formats["paper"].name == "sokoban"
+    assert registry.get("alfworld").formats["paper"] is ALFWORLD_FORMAT
+    with pytest.raises(ValueError, match="unknown environment 'chess'"):
+        registry.get("chess")

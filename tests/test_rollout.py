@@ -1,8 +1,9 @@
-"""The multi-turn rollout loop and its metrics (spec environments §1.2, §1.6, §1.8).
+"""The multi-turn rollout loop and its metrics (docs/environments.md §1.2, §1.3, §1.7).
 
 Fake environments keep these tests independent of the real ones: a Sokoban-like batch over hand
-made rooms (spec §2.3 moves and rewards, via the BFS solver's ``successors``) and an ALFWorld-like
-corridor. Expected values (returns, lengths, metrics) are worked out by hand in the comments.
+made rooms (docs/environments.md §3.1–§3.2 moves and rewards, via the BFS solver's ``successors``)
+and an ALFWorld-like corridor. Expected values (returns, lengths, metrics) are worked out by hand in
+the comments.
 """
 
 from __future__ import annotations
@@ -13,18 +14,14 @@ import numpy as np
 import pytest
 
 from arlarena_jax.objectives.host import collate
-from arlarena_jax.rollout import (
-    ALFWORLD_FORMAT,
-    SOKOBAN_FORMAT,
-    ScriptedPolicy,
-    Trajectory,
-    collect,
-    rollout_metrics,
-    success_metrics,
-)
+from arlarena_jax.rollout import Trajectory, collect, rollout_metrics, success_metrics
+from envs.alfworld.prompts import ALFWORLD_FORMAT, alfworld_episode_metrics
 from envs.base import Observation, Step
+from envs.sokoban.prompts import SOKOBAN_FORMAT
 from envs.sokoban.render import ACTION_NAMES, parse_text, render_text
 from envs.sokoban.solver import solve, split_grid, successors
+from envs.text import ScriptedPolicy
+from envs.webshop.prompts import webshop_episode_metrics
 
 ROOMS = [  # seed s plays ROOMS[s % 3]; optimal lengths 7, 1, 6
     [
@@ -48,7 +45,8 @@ ROOMS = [  # seed s plays ROOMS[s % 3]; optimal lengths 7, 1, 6
 
 
 class FakeSokoban:
-    """N Sokoban rooms stepped in Python with the spec §2.3 rules (actions are ints 0..4)."""
+    """N Sokoban rooms stepped in Python with the docs/environments.md §3.1–§3.2 rules (actions are
+    ints 0..4)."""
 
     def __init__(self, num_envs: int, max_steps: int = 15):
         self.num_envs, self.max_steps = num_envs, max_steps
@@ -293,9 +291,8 @@ def test_text_env_rows_and_alfworld_metrics():
         "length/max": 2.0,
         "length/min": 1.0,
     }
-    assert rollout_metrics(rollout) == pytest.approx(
-        {f"episode/{k}": v for k, v in expected.items()}
-    )
+    got = rollout_metrics(rollout, episode_metrics=alfworld_episode_metrics)
+    assert got == pytest.approx({f"episode/{k}": v for k, v in expected.items()})
     val = rollout_metrics(rollout, training=False)
     assert val["val/text/test_score"] == pytest.approx(6.0) and val["val/success_rate"] == 4 / 6
 
@@ -328,7 +325,7 @@ def test_success_keys_from_infos():
         return Trajectory(0, 0, 0, 10.0 * won, 1, won, {"won": won, **info})
 
     webshop = [traj(True, {"task_score": 1.0}), traj(False, {"task_score": 0.5})]
-    assert success_metrics(webshop) == {
+    assert success_metrics(webshop, webshop_episode_metrics) == {
         "success_rate": 0.5,
         "webshop_task_score (not success_rate)": 0.75,
     }
@@ -337,7 +334,8 @@ def test_success_keys_from_infos():
         traj(False, {"extra.gamefile": ["v/pick_and_place_simple-Cd-None-Shelf-3/t/g.pddl"]}),
         traj(True, {"gamefile": None}),  # no path: counted in success_rate only
     ]
-    assert success_metrics(alfworld) == pytest.approx(
+    assert success_metrics(webshop) == {"success_rate": 0.5}  # no environment keys by default
+    assert success_metrics(alfworld, alfworld_episode_metrics) == pytest.approx(
         {
             "success_rate": 2 / 3,
             "pick_heat_then_place_in_recep_success_rate": 1.0,

@@ -1,4 +1,5 @@
-"""The LLM policy over the sampling engine, alone and driving the rollout (spec environments §1.2).
+"""The LLM policy over the sampling engine, alone and driving the rollout
+(docs/environments.md §1.2).
 
 A tiny random Qwen3 (width 32, 1 layer) over a tiny trained tokenizer; one engine shared by the
 module, so each jitted function compiles once per sampling setting.
@@ -14,9 +15,10 @@ from flax import nnx
 from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.objectives.host import collate
-from arlarena_jax.rollout import ALFWORLD_FORMAT, SamplerPolicy, collect
+from arlarena_jax.rollout import SamplerPolicy, collect
 from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, SamplingParams
 from arlarena_jax.tokenization import encode_chat, stop_token_ids, train_tiny
+from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import Observation, Step
 
 
@@ -61,7 +63,7 @@ def llm():
     engine_config = EngineConfig(
         max_concurrent_decodes=4,
         max_prefill_length=48,
-        max_decode_length=6,
+        max_new_tokens=6,
         min_prefill_bucket=48,
         steps_per_call=6,
         stop_token_ids=stop_token_ids(tokenizer),

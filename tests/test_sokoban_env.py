@@ -1,4 +1,5 @@
-"""Sokoban dynamics, rewards and the batch wrapper (spec environments §2.3, §8 item 2)."""
+"""Sokoban dynamics, rewards and the batch wrapper
+(docs/environments.md §3.1, §3.2; the spec's §8 item 2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""On-device Sokoban room generation (spec environments §2.2) against a host reference.
+"""On-device Sokoban room generation (docs/environments.md §3.3) against a host reference.
 
-The host reference below is an independent NumPy/``random`` rendition of §2.2 that draws its
+The host reference below is an independent NumPy/``random`` rendition of §3.3 that draws its
 random numbers in the reference order (``random.seed(s); np.random.seed(s)``). It reproduces the
 spec's seed-0 room and the spec's 200-seed histogram exactly, which pins down the algorithm; the
 device generator is then checked for the exact reverse-play search and for its distribution.
@@ -92,7 +92,7 @@ def tv_null_quantile(a: Counter, b: Counter, q: float = 0.999, draws: int = 4000
 
 # ---------------------------------------------------------------- tests
 def test_host_reference_reproduces_spec():
-    """The reference reading of §2.2 reproduces the spec's seed-0 room and 200-seed histogram."""
+    """The reference reading of §3.3 reproduces the spec's seed-0 room and 200-seed histogram."""
     assert render_text(host_generate(0)) == SPEC_SEED0
     assert solve(host_generate(0)) == [2, 2, 3, 1, 4, 1, 3]
     assert histogram(len(solve(host_generate(s))) for s in range(200)) == SPEC_HISTOGRAM

@@ -1,4 +1,5 @@
-"""The NumPy/Python Sokoban reference against spec environments §2.2, §2.3 and §8 item 2."""
+"""The NumPy/Python Sokoban reference against docs/environments.md §3.1–§3.3 and the spec's
+§8 item 2."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Sokoban end to end: the rollout over the JAX-native batch, the in-process reference batch and the
-worker pool, with the solver expert as a scripted policy (spec environments §1.2, §1.6, §1.8, §2).
+worker pool, with the solver expert as a scripted policy
+(docs/environments.md §1.2, §1.3, §1.7, §3).
 
 Expected values come from independent reasoning: the expert plays a BFS-optimal plan, so every
 episode is won in k = (optimal length of the reset room) moves, no move is invalid, and the return
@@ -11,22 +12,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arlarena_jax.rollout import (
-    SOKOBAN_COMPACT_FORMAT,
-    SOKOBAN_FORMAT,
-    ScriptedPolicy,
-    collect,
-    rollout_metrics,
-)
-from arlarena_jax.rollout.prompts import compact_grid
+from arlarena_jax.rollout import collect, rollout_metrics
 from arlarena_jax.train.evaluate import evaluate
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
 from envs.sokoban.batch import SokobanBatch
 from envs.sokoban.expert import current_grid, expert_replies, expert_reply, short_expert_replies
+from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT, compact_grid
 from envs.sokoban.reference import SokobanTextEnv
 from envs.sokoban.render import parse_text, render_text
 from envs.sokoban.solver import solve
+from envs.text import ScriptedPolicy
 
 GROUP_SEEDS = [0, 1, 2, 3]
 GROUP_SIZE = 2

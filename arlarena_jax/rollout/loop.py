@@ -1,7 +1,8 @@
-"""The multi-turn rollout: reset N envs in groups, prompt, generate, project, step (spec §1.1–§1.6).
+"""The multi-turn rollout: reset N envs in groups, prompt, generate, project, step
+(docs/environments.md §1.1–§1.6).
 
-One row per *active* turn (spec §1.2: the turn on which ``done`` becomes true is kept; later
-turns of a finished environment are not rows). Environment ``i`` belongs to group
+One row per *active* turn (docs/environments.md §1.2: the turn on which ``done`` becomes true is
+kept; later turns of a finished environment are not rows). Environment ``i`` belongs to group
 ``i // group_size`` and is reset with that group's seed, so a group plays one task.
 
 Ids (the original draws fresh uuids per call): ints. Group ``g`` of this rollout has id
@@ -21,20 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from arlarena_jax.objectives.host import HostTurn
 from arlarena_jax.rollout.memory import SimpleMemory
-from arlarena_jax.rollout.policy import Generation, Policy
-from arlarena_jax.rollout.prompts import TaskFormat
-from envs.base import EnvBatch, Observation
+from arlarena_jax.rollout.policy import Policy
+from envs.base import EnvBatch, Observation, Step
+from envs.projection import Projection
+from envs.text import Generation, TaskFormat
 
 
 @dataclasses.dataclass
 class TurnRow:
-    """One training sample = one active turn (spec §1.6)."""
+    """One training sample = one active turn (docs/environments.md §1.3)."""
 
     prompt_ids: Sequence[int]  # chat-templated prompt tokens (empty for a scripted policy)
     response_ids: Sequence[int]
@@ -84,7 +86,7 @@ class Rollout:
         """The rows as :class:`~arlarena_jax.objectives.host.HostTurn` for ``collate``.
 
         The sampler's behaviour log-probs fill both ``old_log_probs`` (until a trainer recomputes
-        them) and ``rollout_log_probs`` (truncated importance sampling, spec algorithms §3.3).
+        them) and ``rollout_log_probs`` (truncated importance sampling, docs/algorithms.md §4.9).
         """
         return [
             HostTurn(
@@ -125,17 +127,13 @@ def collect(
     skip_done: bool = True,
     group_offset: int = 0,
 ) -> Rollout:
-    """Play one batch of episodes and return its turn rows (spec §1.2, see module doc).
+    """Play one batch of episodes and return its turn rows
+    (docs/environments.md §1.2, see module doc).
 
     ``len(group_seeds) * group_size`` must equal ``envs.num_envs``. Stops when every
     environment is done or after ``max_turns`` turns (ALFWorld 50, WebShop 15, Sokoban 15).
     """
-    n = len(group_seeds) * group_size
-    if group_size < 1 or n != envs.num_envs:
-        raise ValueError(
-            f"{len(group_seeds)} group seeds x group_size {group_size} = {n} envs, but the "
-            f"batch has {envs.num_envs}"
-        )
+    n = _batch_size(envs, group_seeds, group_size)
     observations: list[Observation] = list(
         envs.reset([group_seeds[i // group_size] for i in range(n)])
     )
@@ -144,16 +142,14 @@ def collect(
     done = np.zeros(n, bool)
     per_env: list[list[TurnRow]] = [[] for _ in range(n)]
     for turn in range(max_turns):
-        active = ~done
+        with_history = turn > 0 and history_length > 0
         prompts = [
             task_format.build_prompt(
-                obs,
-                tasks[i],
-                memory.window(i, history_length) if turn > 0 and history_length > 0 else None,
+                obs, tasks[i], memory.window(i, history_length) if with_history else None
             )
             for i, obs in enumerate(observations)
         ]
-        todo = [i for i in range(n) if active[i]] if skip_done else list(range(n))
+        todo = [i for i in range(n) if not done[i]] if skip_done else list(range(n))
         generations = _generate(policy, prompts, todo, training)
         texts = [generations[i].text if i in generations else "" for i in range(n)]
         projections = [
@@ -164,35 +160,61 @@ def collect(
             [obs.text for obs in observations],
             [task_format.memory_action(p, t) for p, t in zip(projections, texts, strict=True)],
         )
-        for i in range(n):
-            if not active[i]:
-                continue  # finished before this turn: no row (spec §1.2)
-            gen, proj = generations[i], projections[i]
-            per_env[i].append(
-                TurnRow(
-                    prompt_ids=list(gen.prompt_ids),
-                    response_ids=list(gen.response_ids),
-                    log_probs=list(gen.log_probs),
-                    prompt=prompts[i],
-                    response=gen.text,
-                    group=group_offset + i // group_size,
-                    trajectory=group_offset * group_size + i,
-                    env_index=i,
-                    turn=turn,
-                    anchor=observations[i].text,
-                    action=proj.action,
-                    reward=float(step.rewards[i]),
-                    action_valid=bool(proj.action_valid),
-                    format_valid=bool(proj.format_valid),
-                    data_source=task_format.data_source,
-                    info=dict(step.infos[i]),
-                )
-            )
+        turn_info = _Turn(turn, prompts, observations, generations, projections, step)
+        # Finished before this turn: no row (docs/environments.md §1.2).
+        for i in np.flatnonzero(~done):
+            row = _row(turn_info, int(i), group_size, group_offset, task_format.data_source)
+            per_env[i].append(row)
         done |= np.asarray(step.dones, bool)
         observations = list(step.observations)
         if done.all():
             break
     return _finish(per_env, group_size, group_offset, task_format)
+
+
+def _batch_size(envs: EnvBatch, group_seeds: Sequence[int], group_size: int) -> int:
+    """``len(group_seeds) * group_size``, which must be the batch's environment count."""
+    n = len(group_seeds) * group_size
+    if group_size < 1 or n != envs.num_envs:
+        raise ValueError(
+            f"{len(group_seeds)} group seeds x group_size {group_size} = {n} envs, but the "
+            f"batch has {envs.num_envs}"
+        )
+    return n
+
+
+class _Turn(NamedTuple):
+    """What one turn produced for every environment."""
+
+    turn: int
+    prompts: list[str]
+    observations: list[Observation]
+    generations: dict[int, Generation]
+    projections: list[Projection]
+    step: Step
+
+
+def _row(t: _Turn, i: int, group_size: int, group_offset: int, data_source: str) -> TurnRow:
+    """Environment ``i``'s row of turn ``t``."""
+    gen, proj = t.generations[i], t.projections[i]
+    return TurnRow(
+        prompt_ids=list(gen.prompt_ids),
+        response_ids=list(gen.response_ids),
+        log_probs=list(gen.log_probs),
+        prompt=t.prompts[i],
+        response=gen.text,
+        group=group_offset + i // group_size,
+        trajectory=group_offset * group_size + i,
+        env_index=i,
+        turn=t.turn,
+        anchor=t.observations[i].text,
+        action=proj.action,
+        reward=float(t.step.rewards[i]),
+        action_valid=bool(proj.action_valid),
+        format_valid=bool(proj.format_valid),
+        data_source=data_source,
+        info=dict(t.step.infos[i]),
+    )
 
 
 def _finish(

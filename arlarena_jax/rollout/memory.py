@@ -1,4 +1,4 @@
-"""Per-environment interaction history and its prompt window (spec environments §1.3, §8.5).
+"""Per-environment interaction history and its prompt window (docs/environments.md §1.4).
 
 One record ``{text_obs, action}`` is appended per env step, for every environment (finished ones
 included, as the original). ``text_obs`` is the raw observation the action was chosen from (the
@@ -9,7 +9,9 @@ one *before* the action); ``action`` is the projected action string (the task fo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, TypedDict
+from typing import TypedDict
+
+from envs.text import HistoryWindow
 
 
 class Record(TypedDict):
@@ -17,26 +19,15 @@ class Record(TypedDict):
     action: str
 
 
-class HistoryWindow(NamedTuple):
-    """What a with-history prompt shows of one environment's past (spec §1.3)."""
-
-    history: str  # the last ≤k records, one ``[Observation k: …, Action k: …]`` line each
-    history_length: int  # valid_len = number of records shown
-    step_count: int  # actions taken so far = number of records
-
-    @property
-    def current_step(self) -> int:
-        """The 1-based number of the step being decided now."""
-        return self.step_count + 1
-
-
 def format_record(step: int, record: Record) -> str:
-    """``[Observation k: '<obs>', Action k: '<action>']`` with k the 1-based step (spec §1.3)."""
+    """``[Observation k: '<obs>', Action k: '<action>']`` with k the 1-based step
+    (docs/environments.md §1.4)."""
     return f"[Observation {step}: '{record['text_obs']}', Action {step}: '{record['action']}']"
 
 
 class SimpleMemory:
-    """The history of N environments: a list of records per environment (spec §1.3)."""
+    """The history of N environments: a list of records per environment
+    (docs/environments.md §1.4)."""
 
     def __init__(self, num_envs: int):
         self.records: list[list[Record]] = [[] for _ in range(num_envs)]
@@ -48,7 +39,8 @@ class SimpleMemory:
         return self.records[env]
 
     def store(self, text_obs: Sequence[str], actions: Sequence[str]) -> None:
-        """Append one record per environment (spec §1.3: for all N envs, every step)."""
+        """Append one record per environment
+        (docs/environments.md §1.4: for all N envs, every step)."""
         if len(text_obs) != len(self.records) or len(actions) != len(self.records):
             raise ValueError(
                 f"memory of {len(self.records)} envs got {len(text_obs)} observations and "
@@ -62,7 +54,8 @@ class SimpleMemory:
         return len(self.records[env])
 
     def window(self, env: int, history_length: int = 2) -> HistoryWindow:
-        """The last ≤``history_length`` records of ``env``, formatted (spec §1.3, §8.5)."""
+        """The last ≤``history_length`` records of ``env``, formatted
+        (docs/environments.md §1.4)."""
         records = self.records[env]
         shown = records[-history_length:] if history_length > 0 else []
         first = len(records) - len(shown) + 1

@@ -1,40 +1,35 @@
-"""Policies the rollout calls: prompts (user-message contents) → generations (spec §1.2–§1.3).
+"""Policies the rollout calls: prompts (user-message contents) → generations
+(docs/environments.md §1.2, §1.4).
 
 * :class:`SamplerPolicy`: the LLM through the sampling engine. Each prompt becomes one chat with a
   single user message and no system message, rendered with ``add_generation_prompt=True``; the
-  thinking switch is left to the template unless ``enable_thinking`` is given (spec §1.3: Qwen3
-  thinks by default). Over-long prompts are a hard error (spec §1.2, ``truncation='error'``).
-* :class:`ScriptedPolicy`: a Python function prompts → texts (tests, experts); no token ids.
+  thinking switch is left to the template unless ``enable_thinking`` is given
+  (docs/environments.md §1.4: Qwen3 thinks by default). Over-long prompts are a hard error
+  (docs/environments.md §1.2, ``truncation='error'``).
+* :class:`envs.text.ScriptedPolicy`: a Python function prompts → texts (tests, experts); no
+  token ids. Both return :class:`envs.text.Generation`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from arlarena_jax.sampler import Engine, Request, SamplingParams, generate
-
-
-class Generation(NamedTuple):
-    """One response: its text and, for an LLM policy, its token ids and behaviour log-probs."""
-
-    text: str
-    prompt_ids: Sequence[int] = ()  # the chat-templated prompt
-    response_ids: Sequence[int] = ()
-    log_probs: Sequence[float] = ()  # one per response token
+from envs.text import Generation
 
 
 class Policy(Protocol):
-    """Maps N user-message contents to N generations, in order (spec §1.2)."""
+    """Maps N user-message contents to N generations, in order (docs/environments.md §1.2)."""
 
     def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]: ...
 
 
 def chat_prompt_ids(tokenizer: Any, content: str, enable_thinking: bool | None = None) -> list[int]:
-    """Token ids of one user message + the assistant header (spec §1.3).
+    """Token ids of one user message + the assistant header (docs/environments.md §1.4).
 
     ``enable_thinking=None`` passes no thinking argument to the template, as the original.
     """
@@ -55,13 +50,15 @@ def call_seed(seed: int, call: int) -> int:
 
 @dataclasses.dataclass
 class SamplerPolicy:
-    """The LLM policy over a sampling :class:`~arlarena_jax.sampler.Engine` (spec §1.2).
+    """The LLM policy over a sampling :class:`~arlarena_jax.sampler.Engine`
+    (docs/environments.md §1.2).
 
     One request with ``n=1`` per prompt (the rollout already replicates environments per group).
     Every call draws from a fresh seed derived from ``seed`` and a call counter, so successive
     turns differ while a run is reproducible. ``train_sampling`` applies when ``training`` is True,
-    ``eval_sampling`` otherwise (spec §1.1: validation uses its own sampling settings). Texts are
-    decoded with ``skip_special_tokens=True``; with stop strings they are cut after the stop string.
+    ``eval_sampling`` otherwise
+    (docs/environments.md §5.3: validation uses its own sampling settings). Texts are decoded with
+    ``skip_special_tokens=True``; with stop strings they are cut after the stop string.
     """
 
     engine: Engine
@@ -75,14 +72,15 @@ class SamplerPolicy:
     calls: int = 0  # policy calls so far (advances the per-call seed)
 
     def encode(self, prompts: Sequence[str]) -> list[list[int]]:
-        """Chat-templated token ids; a prompt over ``max_prefill_length`` raises (spec §1.2)."""
+        """Chat-templated token ids; a prompt over ``max_prefill_length`` raises
+        (docs/environments.md §1.2)."""
         ids = [chat_prompt_ids(self.tokenizer, p, self.enable_thinking) for p in prompts]
         limit = self.engine.max_prefill_length
         for i, prompt in enumerate(ids):
             if len(prompt) > limit:
                 raise ValueError(
                     f"prompt {i} has {len(prompt)} tokens, over the engine's max_prefill_length "
-                    f"{limit} (prompts are never truncated, spec environments §1.2); raise "
+                    f"{limit} (prompts are never truncated, docs/environments.md §1.2); raise "
                     "max_prefill_length or lower history_length"
                 )
         return ids
@@ -107,17 +105,3 @@ class SamplerPolicy:
             Generation(c.text, list(c.prompt_ids), list(c.token_ids), list(c.log_probs))
             for (c,) in results
         ]
-
-
-@dataclasses.dataclass
-class ScriptedPolicy:
-    """A policy from a function ``prompts -> texts`` (tests, experts); ids and log-probs empty."""
-
-    fn: Callable[[list[str]], Sequence[str]]
-
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
-        """The function's texts, one per prompt."""
-        texts = list(self.fn(list(prompts)))
-        if len(texts) != len(prompts):
-            raise ValueError(f"scripted policy returned {len(texts)} texts for {len(prompts)}")
-        return [Generation(str(t)) for t in texts]

@@ -1,32 +1,42 @@
-"""Expert demonstrations for behaviour cloning, one sample per agent turn (spec environments §6).
+"""Expert demonstrations for behaviour cloning, one sample per agent turn
+(docs/environments.md §5.2).
 
 The offline substitute for ARLArena's teacher data: an expert plays the environment through the
 same rollout as RL (:func:`arlarena_jax.rollout.collect`: the same task format, templates,
-history window and projection, spec §1.2–§1.4), and every turn it took becomes one sample
+history window and projection, docs/environments.md §1.2, §1.4, §1.5), and every turn it took
+becomes one sample
 
     Demonstration(prompt = the user-message content of that turn (template + last-k history),
                   reply  = the expert's text, ``<think>…</think><action>…</action>``).
 
 The chat template is applied later, by :func:`arlarena_jax.train.sft.encode_example`, exactly as
-the RL policy applies it. Kept turns (spec §6: "keep only successful episodes"; the dev commit
-"only save turns before finishing the goal" holds by construction, since a rollout has no rows
-after an episode ends):
+the RL policy applies it. Kept turns (docs/environments.md §5.2: only successful episodes; the dev
+commit "only save turns before finishing the goal" holds by construction, since a rollout has no
+rows after an episode ends):
 
 - only turns of episodes the expert won (``only_successful=True``, the default);
 - only turns whose reply the projection accepted: ``action_valid`` and ``format_valid``
-  (spec §1.4), so an expert hiccup is never cloned.
+  (docs/environments.md §1.5), so an expert hiccup is never cloned.
 
 Each environment plays its own task (``group_size = 1``). Seeds pick the tasks: the caller keeps
-the training seeds disjoint from the evaluation seeds (this module cannot know the latter).
+the training seeds disjoint from the evaluation seeds (this module cannot know the latter). The
+expert and the environments come from the environment's registry entry
+(:class:`envs.registry.EnvSpec`: ``expert``, ``make_batch``, ``formats``); this module only
+replays it through the rollout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from arlarena_jax.rollout import SOKOBAN_FORMAT, Policy, ScriptedPolicy, TaskFormat, collect
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.rollout import Policy, collect
+from arlarena_jax.rollout.chunks import seed_chunks
+from envs import registry
 from envs.base import EnvBatch
+from envs.registry import Expert
+from envs.text import TaskFormat
 
 
 class Demonstration(NamedTuple):
@@ -90,112 +100,67 @@ def chunked_episodes(
     seed; the last chunk is padded with its first seed so one batch size serves every chunk, and
     the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert.
     One list of kept turns per seed, in seed order."""
-    size = envs.num_envs
     out: list[list[Demonstration]] = []
-    for start in range(0, len(seeds), size):
-        chunk = list(seeds[start : start + size])
-        padded = chunk + [chunk[0]] * (size - len(chunk))
+    for chunk in seed_chunks(seeds, envs.num_envs):
+        expert = expert_for(chunk.seeds)
         out += collect_episodes(
-            envs, task_format, expert_for(padded), group_seeds=padded, num_real=len(chunk), **kw
+            envs, task_format, expert, group_seeds=chunk.seeds, num_real=chunk.real, **kw
         )
     return out
 
 
-def chunked_demonstrations(
+def expert_demonstrations(
     envs: EnvBatch,
-    seeds: Sequence[int],
-    task_format: TaskFormat,
-    expert_for: Callable[[list[int]], Policy],
-    **kw,
-) -> list[Demonstration]:
-    """:func:`chunked_episodes` flattened. Order: seed by seed, turns in order."""
-    episodes = chunked_episodes(envs, seeds, task_format, expert_for, **kw)
-    return [turn for episode in episodes for turn in episode]
-
-
-def sokoban_demonstrations(
-    seeds: Sequence[int],
-    *,
-    task_format: TaskFormat = SOKOBAN_FORMAT,
-    max_turns: int = 15,
-    history_length: int = 2,
-    num_envs: int = 64,
-    only_successful: bool = True,
-    replies: Callable[[list[str]], Sequence[str]] | None = None,
-) -> list[Demonstration]:
-    """BFS-optimal Sokoban demonstrations from the rooms of ``seeds`` (one episode per seed).
-
-    Runs :class:`envs.sokoban.batch.SokobanBatch` (default room settings, spec §2.1) with the
-    prompt-reading expert as a scripted policy (``replies``, default
-    :func:`envs.sokoban.expert.expert_replies`: the optimal plan as reasoning;
-    ``short_expert_replies`` leaves it empty, for tiny CPU policies with
-    ``SOKOBAN_COMPACT_FORMAT``), in
-    chunks of ``num_envs`` rooms (the last chunk is padded by repeating its first seed, so one
-    compiled batch size serves every chunk; padding episodes are dropped). ``seeds`` must be
-    disjoint from the evaluation seeds; the caller owns both sets. Order: seed by seed, turns in
-    order.
-    """
-    from envs.sokoban.batch import SokobanBatch
-    from envs.sokoban.expert import expert_replies
-
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        return []
-    size = min(num_envs, len(seeds))
-    envs = SokobanBatch(size)
-    expert = ScriptedPolicy(expert_replies if replies is None else replies)
-    try:
-        return chunked_demonstrations(
-            envs,
-            seeds,
-            task_format,
-            lambda _: expert,
-            max_turns=max_turns,
-            history_length=history_length,
-            only_successful=only_successful,
-        )
-    finally:
-        envs.close()
-
-
-def alfworld_demonstrations(
-    envs: EnvBatch,
-    games: Sequence[str],
+    expert: Expert,
     seeds: Sequence[int],
     *,
     task_format: TaskFormat,
-    max_turns: int = 50,
+    max_turns: int,
     history_length: int = 2,
-    think: bool = True,
     only_successful: bool = True,
 ) -> list[Demonstration]:
-    """The handcoded expert's ALFWorld walkthroughs replayed through the RL prompts (spec §6).
+    """The expert's kept turns, one episode per seed, in seed order (turns in order).
 
-    ``envs`` holds :class:`envs.alfworld.env.AlfworldEnv` environments (a pool or a local
-    batch) over ``games`` (the factory's list); seed ``s`` plays
-    ``play_order(games)[s % len(games)]``, replayed by
-    :class:`envs.alfworld.expert.WalkthroughExpert`. A replay depends on the game only (the
-    walkthrough and the engine's text are fixed), so each distinct game is played once, by the
-    environment of game index ``g`` (which plays ``play_order(games)[g]``), and its turns are
-    repeated for every seed that maps to it. Games run in chunks of ``envs.num_envs`` (the last
-    one padded with its first game, padding dropped). Walkthroughs longer than
-    ``max_turns`` do not finish, so ``only_successful`` drops them.
+    Seeds of one task (``expert.task_of``) replay identically, so each task is played once, by
+    an environment reset with ``task_of(seed)``, and its turns are repeated for every seed that
+    maps to it. Tasks run in chunks of ``envs.num_envs`` (:func:`chunked_episodes`).
     """
-    from envs.alfworld.env import play_order
-    from envs.alfworld.expert import WalkthroughExpert, walkthrough
-
-    games = play_order(games)
-    played = [int(s) % len(games) for s in seeds]
-    distinct = list(dict.fromkeys(played))  # a game's replay is the same for every seed
+    tasks = [expert.task_of(int(s)) for s in seeds]
+    distinct = list(dict.fromkeys(tasks))
     episodes = chunked_episodes(
         envs,
         distinct,
         task_format,
-        lambda padded: WalkthroughExpert([walkthrough(games[g]) for g in padded], think=think),
+        expert.policy_for,
         max_turns=max_turns,
         history_length=history_length,
         only_successful=only_successful,
-        skip_done=False,
+        skip_done=not expert.every_turn,
     )
-    by_game = dict(zip(distinct, episodes, strict=True))
-    return [turn for game in played for turn in by_game[game]]
+    by_task = dict(zip(distinct, episodes, strict=True))
+    return [turn for task in tasks for turn in by_task[task]]
+
+
+def demonstrations(env: Any, seeds: Sequence[int]) -> list[Demonstration]:
+    """Expert demonstrations of the environment ``env.name`` (the trainer's ``env`` config
+    section) through its prompt format, on up to ``expert.batch_size`` training environments."""
+    spec = registry.get(env.name)
+    if spec.expert is None:
+        raise ConfigError(f"config key 'env.name': {env.name!r} has no expert to demonstrate")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        return []
+    expert = spec.expert(env)
+    num_tasks = len({expert.task_of(s) for s in seeds})
+    envs = spec.make_batch(env, min(num_tasks, expert.batch_size), "train")
+    try:
+        return expert_demonstrations(
+            envs,
+            expert,
+            seeds,
+            task_format=spec.task_format(env),
+            max_turns=env.max_turns,
+            history_length=env.history_length,
+        )
+    finally:
+        envs.close()

@@ -1,6 +1,7 @@
-"""Evaluation on held-out tasks: one episode per seed, evaluation sampling, spec §1.8 metrics.
+"""Evaluation on held-out tasks: one episode per seed, evaluation sampling, the metrics of
+docs/environments.md §1.7.
 
-Validation in the original (spec environments §1.1) runs the same turn loop with group size 1 and
+Validation in the original (docs/environments.md §5.3) runs the same turn loop with group size 1 and
 the evaluation sampling settings; ``val/success_rate`` is the mean of ``won`` over trajectories and
 ``val/text/test_score`` the mean episode return over rows. Seeds run in chunks of the batch's size
 (the last chunk padded with repeats of its first seed, whose results are dropped), so any number
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from arlarena_jax.rollout.chunks import seed_chunks
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import Policy
-from arlarena_jax.rollout.prompts import TaskFormat
 from envs.base import EnvBatch
+from envs.text import TaskFormat
 
 
 def evaluate(
@@ -30,25 +32,22 @@ def evaluate(
     """``val/…`` metrics over one episode per seed, and the merged rollout."""
     if not seeds:
         raise ValueError("evaluate needs at least one seed")
-    n = envs.num_envs
     rows, trajectories = [], []
-    for start in range(0, len(seeds), n):
-        chunk = list(seeds[start : start + n])
-        real = len(chunk)
-        chunk += [chunk[0]] * (n - real)
+    for chunk in seed_chunks(seeds, envs.num_envs):
         rollout = collect(
             envs,
             task_format,
             policy,
-            group_seeds=chunk,
+            group_seeds=chunk.seeds,
             group_size=1,
             max_turns=max_turns,
             history_length=history_length,
             training=False,
-            group_offset=start,
+            group_offset=chunk.start,
         )
-        kept = {t.trajectory for t in rollout.trajectories[:real]}
-        trajectories += rollout.trajectories[:real]
+        kept = {t.trajectory for t in rollout.trajectories[: chunk.real]}
+        trajectories += rollout.trajectories[: chunk.real]
         rows += [r for r in rollout.rows if r.trajectory in kept]
     merged = Rollout(rows, trajectories, 1, task_format.name)
-    return rollout_metrics(merged, training=False), merged
+    metrics = rollout_metrics(merged, training=False, episode_metrics=task_format.episode_metrics)
+    return metrics, merged

@@ -1,2 +1,2 @@
-"""ALFWorld on the real TextWorld engine (spec environments §3): data, game building, the
+"""ALFWorld on the real TextWorld engine (docs/environments.md §4): data, game building, the
 training-game generator, the environment and its expert."""

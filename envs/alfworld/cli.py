@@ -2,9 +2,9 @@
 
 * ``build``: unpack the evaluation problems (the shared tarball, or an ``$ALFWORLD_DATA``-style
   folder holding ``json_2.1.1/``) and write solvable ``game.tw-pddl`` files of the chosen splits
-  under ``OUT/json_2.1.1/<split>/`` (spec environments §3.4).
+  under ``OUT/json_2.1.1/<split>/`` (docs/environments.md §4.2).
 * ``generate``: new training games over the valid_train scenes into ``OUT/json_2.1.1/train/``
-  (spec §3.5), kept only when the expert solves them.
+  (docs/environments.md §4.2), kept only when the expert solves them.
 
 ``OUT`` is what a config's ``env.data_path`` points at.
 """

@@ -1,10 +1,11 @@
-"""Where ALFWorld data lives and how its trials and games are found (spec environments §3.1, §3.5).
+"""Where ALFWorld data lives and how its trials and games are found
+(docs/environments.md §4.1, §4.2).
 
 Layout (what ``alfworld-download`` produces under ``$ALFWORLD_DATA``, and what the builders in
 this package write): ``<root>/json_2.1.1/<split>/<task_type>-<Obj>-<MRecep|None>-<Recep>-<scene>/
 trial_<id>/`` with ``traj_data.json``, ``initial_state.pddl`` and, once built, ``game.tw-pddl``.
-The task type is the first dash-separated field of the task directory (spec §1.8 reads it from the
-path too).
+The task type is the first dash-separated field of the task directory (docs/environments.md §4.7
+reads it from the path too).
 
 The evaluation problems ship as one tarball (``../shared/data/alfworld/`` beside the checkout in
 this project; point ``ARLARENA_ALFWORLD_TARBALL`` at your own copy); :func:`unpack` extracts it.
@@ -17,7 +18,7 @@ import os
 import tarfile
 from pathlib import Path
 
-TASK_TYPES = (  # spec §3.2, ids 1..6
+TASK_TYPES = (  # docs/environments.md §4.6, ids 1..6
     "pick_and_place_simple",
     "look_at_obj_in_light",
     "pick_clean_then_place_in_recep",
@@ -91,7 +92,7 @@ def _is_candidate(trial: Path, task_types: tuple[str, ...]) -> bool:
 
 def find_trials(split_dir: Path, task_types: tuple[str, ...] = TASK_TYPES) -> list[Path]:
     """Sorted trial directories of a split that have an ``initial_state.pddl`` and pass the
-    generator's filters (spec §3.4 step 1)."""
+    generator's filters (docs/environments.md §4.2)."""
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
         raise FileNotFoundError(f"ALFWorld split directory not found: {split_dir}")
@@ -102,8 +103,9 @@ def find_trials(split_dir: Path, task_types: tuple[str, ...] = TASK_TYPES) -> li
 
 
 def find_games(split_dir: Path, task_types: tuple[str, ...] = TASK_TYPES) -> list[Path]:
-    """Sorted solvable game files of a split (``AlfredTWEnv.collect_game_files``, spec §3.1):
-    candidates whose ``game.tw-pddl`` exists and says ``"solvable": true``."""
+    """Sorted solvable game files of a split (``AlfredTWEnv.collect_game_files``,
+    docs/environments.md §4.2): candidates whose ``game.tw-pddl`` exists and says
+    ``"solvable": true``."""
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
         raise FileNotFoundError(f"ALFWorld split directory not found: {split_dir}")

@@ -1,4 +1,5 @@
-"""Lazy access to the real engine: alfworld 0.4.2 and textworld[pddl] 1.7.0 (spec environments §3).
+"""Lazy access to the real engine: alfworld 0.4.2 and textworld[pddl] 1.7.0
+(docs/environments.md §4).
 
 They are an optional dependency (``pip install -e ".[alfworld]"``; fast-downward builds from
 source). Importing ``alfworld.info`` creates ``$ALFWORLD_DATA``, so :func:`alfworld` points that
@@ -44,9 +45,9 @@ def domain_and_grammar() -> tuple[str, str]:
 
 def play_env(*, expert: bool = False):
     """A textworld ``PddlEnv`` behind the ALFRED wrappers (``AlfredDemangler(shuffle=False)``,
-    ``AlfredInfos``), as ``AlfredTWEnv.init_env`` builds it (spec §3.1); with ``expert=True``
-    also ``AlfredExpert("handcoded")``, which adds the next expert command to every state
-    (``extra.expert_plan``; alfworld-generate's solver, spec §3.4)."""
+    ``AlfredInfos``), as ``AlfredTWEnv.init_env`` builds it (docs/environments.md §4.1); with
+    ``expert=True`` also ``AlfredExpert("handcoded")``, which adds the next expert command to every
+    state (``extra.expert_plan``; alfworld-generate's solver, docs/environments.md §4.2)."""
     alfworld()
     import textworld
     from alfworld.agents.environment.alfred_tw_env import (

@@ -1,4 +1,4 @@
-"""One ALFWorld game at a time on the real TextWorld engine (spec environments §3.1, §3.3, §1.5).
+"""One ALFWorld game at a time on the real TextWorld engine (docs/environments.md §4.1, §4.4, §4.5).
 
 :class:`AlfworldEnv` is a :class:`envs.base.TextEnv`: the host pool (``envs.pool``) or
 ``envs.local.LocalEnvBatch`` runs N of them, each built by a picklable :class:`AlfworldFactory`.
@@ -11,10 +11,12 @@
 * Observation: the raw TextWorld text (at reset the whole intro, which holds "Your task is to:
   …"), the admissible commands (sorted, ``help`` included; the prompt drops it) and the task.
 * ``step(command)``: any string is a command; one the game cannot apply answers "Nothing
-  happens." and still uses a step. Reward 10 on the winning step, else 0 (spec §1.7). The episode
-  ends when won or after ``max_steps`` steps (50, spec §1.5); stepping an ended episode returns
-  the last observation, reward 0 and ``done`` again.
-* ``info``: ``won``, ``gamefile`` (per-task success reads it, spec §1.8), ``task_type``.
+  happens." and still uses a step. Reward 10 on the winning step, else 0
+  (docs/environments.md §4.5). The episode ends when won or after ``max_steps`` steps (50,
+  docs/environments.md §4.5); stepping an ended episode returns the last observation, reward 0 and
+  ``done`` again.
+* ``info``: ``won``, ``gamefile`` (per-task success reads it, docs/environments.md §4.7),
+  ``task_type``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.rollout.prompts import TASK_MARKER
 from envs.alfworld.data import task_type_of
 from envs.alfworld.engine import play_env
+from envs.alfworld.prompts import task_after_marker
 from envs.base import Observation
 
 WIN_REWARD = 10.0
@@ -92,10 +94,7 @@ class AlfworldEnv:
         self._engine.load(game)
         self._game = game
         state = self._engine.reset()
-        text = state.feedback
-        marker = text.find(TASK_MARKER)
-        task = text[marker + len(TASK_MARKER) :].strip() if marker >= 0 else ""
-        self._obs = self._observation(state, task)
+        self._obs = self._observation(state, task_after_marker(state.feedback) or "")
         self._steps, self._done, self._won = 0, False, False
         return self._obs
 

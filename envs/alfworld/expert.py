@@ -1,12 +1,12 @@
 """The ALFWorld expert for behaviour cloning: the handcoded expert's walkthroughs, replayed
-(spec environments §3.6, §6 "offline substitute").
+(docs/environments.md §4.8).
 
 Every built game stores the walkthrough the handcoded expert found (``games.build_trial``; the
 engine is deterministic, so replaying it from the reset reproduces the expert's episode).
 :class:`WalkthroughExpert` is a scripted policy over a batch whose environment ``i`` plays
 ``games[i]``: at turn ``t`` it answers ``<think>…</think><action>walkthrough_i[t]</action>``, the
-format the projection accepts (spec §1.4). It is called once per turn with every environment's
-prompt in order, so the rollout must generate for finished environments too
+format the projection accepts (docs/environments.md §1.5). It is called once per turn with every
+environment's prompt in order, so the rollout must generate for finished environments too
 (``collect(..., skip_done=False)``); replies past a walkthrough's end are the no-op ``look``.
 """
 
@@ -16,7 +16,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from arlarena_jax.rollout.policy import Generation
+from envs.alfworld.env import play_order
+from envs.text import Expert, Generation
 
 
 def walkthrough(game_file: str | Path) -> tuple[str, ...]:
@@ -51,3 +52,20 @@ class WalkthroughExpert:
             Generation(expert_reply(w[t] if t < len(w) else "look", think=self.think))
             for w in self.walkthroughs
         ]
+
+
+def walkthrough_expert(
+    games: Sequence[str | Path], *, think: bool = True, batch_size: int = 64
+) -> Expert:
+    """Demonstrations over ``games`` (an environment's game list): seed ``s`` plays game
+    ``play_order(games)[s % len(games)]``, whose replay does not depend on the seed, so each
+    distinct game is played once (``task_of``)."""
+    order = play_order(games)
+    return Expert(
+        policy_for=lambda seeds: WalkthroughExpert(
+            [walkthrough(order[s]) for s in seeds], think=think
+        ),
+        task_of=lambda seed: int(seed) % len(order),
+        every_turn=True,
+        batch_size=batch_size,
+    )

@@ -1,4 +1,4 @@
-"""Building ``game.tw-pddl`` files and keeping the solvable ones (spec environments §3.4).
+"""Building ``game.tw-pddl`` files and keeping the solvable ones (docs/environments.md §4.2).
 
 The ``alfworld-generate`` logic of alfworld 0.4.2, reimplemented (the script is not importable):
 for a trial directory with ``traj_data.json`` and ``initial_state.pddl``,
@@ -14,12 +14,12 @@ for a trial directory with ``traj_data.json`` and ``initial_state.pddl``,
 4. ``solvable`` and ``walkthrough`` are written back (atomically: a crash never leaves a
    half-written game file).
 
-``move_fix=True`` mends a known bug of the 0.4.2 expert (spec §3.6): its state tracker recognises
-a placement only when the command says "put", but the 0.4 grammar says "move", so after placing
-an object it believes it still holds it. pick_two then succeeds only by its random fallback
-(3 of 10 generated pick_two games, in 66-125 steps; with the fix 10 of 10, 38 steps on average;
-the other five task types give identical walkthroughs). The evaluation splits are built with
-the stock expert (``alfworld-generate``'s behaviour); generated training games use the fix, so
+``move_fix=True`` mends a known bug of the 0.4.2 expert (docs/environments.md §4.2): its state
+tracker recognises a placement only when the command says "put", but the 0.4 grammar says "move", so
+after placing an object it believes it still holds it. pick_two then succeeds only by its random
+fallback (3 of 10 generated pick_two games, in 66-125 steps; with the fix 10 of 10, 38 steps on
+average; the other five task types give identical walkthroughs). The evaluation splits are built
+with the stock expert (``alfworld-generate``'s behaviour); generated training games use the fix, so
 that pick_two walkthroughs fit in the 50 turns and can be cloned.
 """
 
@@ -62,8 +62,9 @@ def phrasing_index(task_id: str, seed: int, num_templates: int) -> int:
 
 
 def task_description(traj_data: dict, *, seed: int = 0, phrasing: int | None = None) -> str:
-    """The templated task sentence of a trial (alfworld's ``get_templated_task_desc``, spec §3.2)
-    with lower-cased class names and a reproducible template choice (see module doc)."""
+    """The templated task sentence of a trial (alfworld's ``get_templated_task_desc``,
+    docs/environments.md §4.6) with lower-cased class names and a reproducible template choice (see
+    module doc)."""
     from alfworld.gen import goal_library
 
     params = traj_data["pddl_params"]
@@ -213,8 +214,8 @@ def build_trials(
 def build_split(
     src_split: Path, dst_split: Path, *, seed: int = 0, workers: int = 1, limit: int | None = None
 ) -> list[GameRecord]:
-    """Build every candidate trial of a split (spec §3.4 filters) into the same relative layout
-    under ``dst_split``; ``limit`` keeps the first ``limit`` trials (sorted)."""
+    """Build every candidate trial of a split (docs/environments.md §4.2 filters) into the same
+    relative layout under ``dst_split``; ``limit`` keeps the first ``limit`` trials (sorted)."""
     src_split, dst_split = Path(src_split), Path(dst_split)
     trials = find_trials(src_split)[:limit]
     pairs = [(t, dst_split / t.relative_to(src_split)) for t in trials]

@@ -1,4 +1,4 @@
-"""Training games generated offline over the real ALFRED scenes (spec environments §3.5).
+"""Training games generated offline over the real ALFRED scenes (docs/environments.md §4.2).
 
 The official 3,553-game train split is not available offline, so new tasks are sampled over the
 real problems of ``valid_train`` (200 problems, 82 train floor plans), following the rules of
@@ -29,7 +29,7 @@ ALFRED's own task sampler (``gen/scripts/generate_trajectories.py`` and
 4. **Files**: ``<out>/<task_type>-<Obj>-None-<Recep>-<scene>/trial_gen_<seed>_<k>/`` with
    ``initial_state.pddl`` (goal from ``goal_library.gdict``) and a minimal ``traj_data.json``, the
    official layout; :func:`envs.alfworld.games.build_trials` writes ``game.tw-pddl`` and runs the
-   handcoded expert, and only solvable games stay on disk (spec §3.4).
+   handcoded expert, and only solvable games stay on disk (docs/environments.md §4.2).
 
 Everything is drawn from one ``random.Random(seed)``: the same seed gives the same problems.
 """
@@ -53,7 +53,7 @@ from envs.alfworld.engine import alfworld
 from envs.alfworld.games import GameRecord, build_trials
 from envs.alfworld.pddl import Fact, Problem, goal_text, parse_problem, render_problem
 
-APPLIANCE = {  # task → the receptacle class its action needs (spec §3.3 dynamics)
+APPLIANCE = {  # task → the receptacle class its action needs
     "pick_heat_then_place_in_recep": "Microwave",
     "pick_cool_then_place_in_recep": "Fridge",
     "pick_clean_then_place_in_recep": "SinkBasin",
@@ -297,6 +297,49 @@ def _remove_trial(trial: Path) -> None:
         trial.parent.rmdir()
 
 
+def _eligible_scenes(valid_train_dir: Path, quota: dict[str, int]) -> dict[str, list[Scene]]:
+    """Per task type, the scenes that admit one of its goals (a type with a quota needs one)."""
+    scenes = load_scenes(valid_train_dir)
+    eligible = {t: [s for s in scenes if valid_goals(s, t)] for t in quota}
+    for t, want in quota.items():
+        if want and not eligible[t]:
+            raise ValueError(f"no scene of {valid_train_dir} admits a {t} task")
+    return eligible
+
+
+def _round_sizes(
+    quota: dict[str, int], kept: dict[str, list], tried: Counter, solved: Counter
+) -> dict[str, int]:
+    """Candidates to sample this round per task type short of its quota (see
+    :func:`generate_training_games`)."""
+    todo = {}
+    for t, want in quota.items():
+        if (deficit := want - len(kept[t])) > 0:
+            todo[t] = min(4 * deficit, -(-deficit * (tried[t] + 1) // (solved[t] + 1)))
+    return todo
+
+
+def _write_candidates(
+    todo: dict[str, int],
+    eligible: dict[str, list[Scene]],
+    rng: random.Random,
+    out_dir: Path,
+    *,
+    seed: int,
+    first: int,
+) -> list[tuple[int, str, Path]]:
+    """Sample and write this round's candidates, interleaving the task types; each is
+    ``(index, task type, trial folder)`` with indices from ``first``."""
+    order = [t for i in range(max(todo.values())) for t in eligible if i < todo.get(t, 0)]
+    batch: list[tuple[int, str, Path]] = []
+    for k, t in enumerate(order, start=first):
+        task = sample_task(rng.choice(eligible[t]), t, rng, task_id=f"trial_gen_{seed}_{k}")
+        if task is None:  # cannot happen: eligible scenes admit a goal that can be placed
+            raise RuntimeError(f"scene sampling failed for a {t} task")
+        batch.append((k, t, write_task(Path(out_dir), *task)))
+    return batch
+
+
 def generate_training_games(
     valid_train_dir: Path,
     out_dir: Path,
@@ -320,31 +363,18 @@ def generate_training_games(
         raise ValueError(f"num_games must be >= 1, got {num_games}")
     if not task_types or any(t not in TASK_TYPES for t in task_types):
         raise ValueError(f"task_types must be a non-empty subset of {TASK_TYPES}: {task_types}")
-    scenes = load_scenes(valid_train_dir)
     n, m = divmod(num_games, len(task_types))
     quota = {t: n + (i < m) for i, t in enumerate(task_types)}
-    eligible = {t: [s for s in scenes if valid_goals(s, t)] for t in task_types}
-    for t in task_types:
-        if quota[t] and not eligible[t]:
-            raise ValueError(f"no scene of {valid_train_dir} admits a {t} task")
+    eligible = _eligible_scenes(valid_train_dir, quota)
     rng, k = random.Random(seed), 0
     kept: dict[str, list[tuple[int, GameRecord]]] = {t: [] for t in task_types}
     tried, solved = Counter(), Counter()
     for _ in range(max_rounds):
-        todo = {}
-        for t in task_types:
-            if (deficit := quota[t] - len(kept[t])) > 0:
-                todo[t] = min(4 * deficit, -(-deficit * (tried[t] + 1) // (solved[t] + 1)))
+        todo = _round_sizes(quota, kept, tried, solved)
         if not todo:
             break
-        order = [t for i in range(max(todo.values())) for t in task_types if i < todo.get(t, 0)]
-        batch: list[tuple[int, str, Path]] = []
-        for t in order:
-            task = sample_task(rng.choice(eligible[t]), t, rng, task_id=f"trial_gen_{seed}_{k}")
-            if task is None:  # cannot happen: eligible scenes admit a goal that can be placed
-                raise RuntimeError(f"scene sampling failed for a {t} task")
-            batch.append((k, t, write_task(Path(out_dir), *task)))
-            k += 1
+        batch = _write_candidates(todo, eligible, rng, out_dir, seed=seed, first=k)
+        k += len(batch)
         records = build_trials(
             [(d, d) for _, _, d in batch], seed=seed, workers=workers, move_fix=True
         )

@@ -1,4 +1,4 @@
-"""Reading and writing ALFWorld ``initial_state.pddl`` problems (spec environments §3.4).
+"""Reading and writing ALFWorld ``initial_state.pddl`` problems (docs/environments.md §4.2).
 
 The real files (json_2.1.1) have a fixed shape: ``(define (problem plan_trial_<id>)``, ``(:domain
 alfred)``, an ``(:objects …)`` block, an ``(:init …)`` block with one flat fact per line (no

@@ -1,5 +1,5 @@
-"""N Sokoban environments behind the :class:`envs.base.EnvBatch` protocol (spec environments §1.1,
-§2.3).
+"""N Sokoban environments behind the :class:`envs.base.EnvBatch` protocol
+(docs/environments.md §1.1, §3.1).
 
 Reset and step are each one jitted, vmapped function over all N environments (N static); text
 rendering, infos and the expert (BFS solver) run on the host. Environment i of ``reset(seeds)``

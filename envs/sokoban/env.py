@@ -1,8 +1,8 @@
-"""Sokoban as a gymnax environment (spec environments §2), JAX-native and vmappable.
+"""Sokoban as a gymnax environment (docs/environments.md §3), JAX-native and vmappable.
 
 State = fixed layer (0 wall, 1 floor, 2 target) + player cell + box cells + step counters. The
 observation is the full grid of cell codes 0..6 (``render.py``). Dynamics follow gym-sokoban's
-``SokobanEnv.step`` with ARLArena's wrapper (§2.3):
+``SokobanEnv.step`` with ARLArena's wrapper (docs/environments.md §3.1, §3.2):
 
 * actions 1–4 = up, down, left, right: push a box if the cell beyond it is inside the grid and
   free (floor/target, no box), else move into a free cell, else stay; the step is counted;
@@ -58,7 +58,8 @@ class EnvState:
 
 @struct.dataclass
 class EnvParams:
-    """Spec §2.1 settings. Shape- and loop-defining fields are static (pytree aux data)."""
+    """docs/environments.md §3.1 settings. Shape- and loop-defining fields are static (pytree aux
+    data)."""
 
     dim_room: int = struct.field(pytree_node=False, default=6)
     num_boxes: int = struct.field(pytree_node=False, default=1)
@@ -94,7 +95,8 @@ def is_solved(state: EnvState) -> jax.Array:
 
 
 def move(state: EnvState, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(player, boxes) after a push-or-move action in 1..4 (§2.3); unchanged if blocked."""
+    """(player, boxes) after a push-or-move action in 1..4 (docs/environments.md §3.1);
+    unchanged if blocked."""
     shape = jnp.array(state.fixed.shape, jnp.int32)
     delta = jnp.array(MOVES, jnp.int32)[jnp.clip(action - 1, 0, 3)]
     nxt, beyond = state.player + delta, state.player + 2 * delta

@@ -1,20 +1,23 @@
 """The Sokoban expert: optimal replies from the BFS solver, read off the prompt itself.
 
 The expert sees what the policy sees: the prompt text. The current grid is the last block of
-consecutive grid lines in it (spec environments §2.3 rendering; history observations come earlier
+consecutive grid lines in it (docs/environments.md §3.4 rendering; history observations come earlier
 in the prompt and the template's own lines never look like grid rows). Its reply has the format
-the projection expects (spec §1.4): ``<think>plan</think><action>direction</action>``. It serves
-as a scripted policy in rollouts and as the source of behaviour-cloning demonstrations.
+the projection expects (docs/environments.md §1.5):
+``<think>plan</think><action>direction</action>``. It serves as a scripted policy in rollouts and as
+the source of behaviour-cloning demonstrations.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from envs.sokoban.render import ACTION_NAMES, SYMBOLS, parse_text
 from envs.sokoban.solver import solve
+from envs.text import Expert, ScriptedPolicy
 
 _CELL = "[" + re.escape("".join(SYMBOLS)) + "]"
 _GRID_LINE = re.compile(f"^(?: {_CELL} \t)+$")  # the spec's rendering
@@ -59,7 +62,7 @@ def expert_reply(grid: np.ndarray | None, *, think: bool = True) -> str:
 
     ``think=False`` leaves the reasoning empty (``<think></think>``), the short reply of tiny CPU
     policies. A grid that cannot be read, is already solved or cannot be solved gets the valid
-    no-op ``still`` (spec §1.4: "still" is a valid action).
+    no-op ``still`` (docs/environments.md §1.5: "still" is a valid action).
     """
     plan = [] if grid is None else expert_plan(grid)
     action = ACTION_NAMES[plan[0]] if plan else "still"
@@ -81,3 +84,12 @@ def expert_replies(prompts: list[str]) -> list[str]:
 def short_expert_replies(prompts: list[str]) -> list[str]:
     """Expert replies with empty reasoning, ``<think></think><action>move</action>``."""
     return [expert_reply(current_grid(p), think=False) for p in prompts]
+
+
+def bfs_expert(
+    replies: Callable[[list[str]], Sequence[str]] = expert_replies, *, batch_size: int = 64
+) -> Expert:
+    """Demonstrations by the BFS expert: ``replies`` (``expert_replies``, or
+    ``short_expert_replies`` for empty reasoning) as a scripted policy, one room per seed."""
+    policy = ScriptedPolicy(replies)
+    return Expert(policy_for=lambda seeds: policy, batch_size=batch_size)

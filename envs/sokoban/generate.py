@@ -1,4 +1,4 @@
-"""On-device Sokoban room generation (spec environments §2.2), jittable and vmappable.
+"""On-device Sokoban room generation (docs/environments.md §3.3), jittable and vmappable.
 
 One attempt = topology random walk → player and target placement → reverse play → keep the best
 state. Reverse play is an *exact* emulation of the reference depth-first search, not an
@@ -35,7 +35,7 @@ from flax import struct
 
 from envs.sokoban.render import FLOOR, TARGET, WALL
 
-# The five 3×3 floor masks of the topology walk (§2.2 step 1).
+# The five 3×3 floor masks of the topology walk (docs/environments.md §3.3 step 1).
 MASKS = jnp.array(
     [
         [[0, 0, 0], [1, 1, 1], [0, 0, 0]],
@@ -51,7 +51,8 @@ WALK_DIRECTIONS = jnp.array([(1, 0), (0, 1), (-1, 0), (0, -1)], dtype=jnp.int32)
 
 
 class GenParams(Protocol):
-    """The static generation settings read from the environment parameters (§2.1)."""
+    """The static generation settings read from the environment parameters
+    (docs/environments.md §3.1)."""
 
     dim_room: int
     num_boxes: int
@@ -94,7 +95,7 @@ def _uniform_cell(u: jax.Array, allowed: jax.Array) -> jax.Array:
 
 
 def topology(u: jax.Array, dim: int, num_steps: int, p_change: float | jax.Array) -> jax.Array:
-    """Floor mask [dim, dim] of a random walk stamping 3×3 masks (§2.2 step 1).
+    """Floor mask [dim, dim] of a random walk stamping 3×3 masks (docs/environments.md §3.3 step 1).
 
     Start direction uniform over 4; start cell uniform in [1, dim−1]²; per step the direction is
     re-drawn w.p. ``p_change``, the position moves one cell and is clamped to [1, dim−2], and a
@@ -125,7 +126,8 @@ def topology(u: jax.Array, dim: int, num_steps: int, p_change: float | jax.Array
 def reverse_play(
     fixed: jax.Array, player: jax.Array, target: jax.Array, search_depth: int
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Best (player, box, score) of the reference pull-only DFS from box-on-target (§2.2 step 3).
+    """Best (player, box, score) of the reference pull-only DFS from box-on-target
+    (docs/environments.md §3.3 step 3).
 
     ``fixed`` is the flat [dim²] layer, ``player``/``target`` flat indices. A pull in direction Δ
     moves the player p → p+Δ if that cell is free (not wall, not box); a box at p−Δ follows to p.
@@ -185,7 +187,7 @@ def reverse_play(
 def extra_walk(
     u: jax.Array, fixed: jax.Array, player: jax.Array, box: jax.Array, displacement: jax.Array
 ) -> jax.Array:
-    """Player cell after the random extra walk (§2.2 step 5), flat indices.
+    """Player cell after the random extra walk (docs/environments.md §3.3 step 5), flat indices.
 
     Walk w.p. 0.8 if the displacement is 1 else 0.5; then up to 3 steps, each to a uniform free
     (floor/target, no box) neighbour not visited before, stopping when none exists; after each
@@ -214,7 +216,8 @@ def uniforms_per_attempt(params: GenParams) -> int:
 
 
 def attempt(u: jax.Array, params: GenParams) -> Room:
-    """One generation attempt (§2.2 steps 1–3) from its uniforms: the room before the extra walk."""
+    """One generation attempt (docs/environments.md §3.3 steps 1–3) from its uniforms: the room
+    before the extra walk."""
     dim, steps = params.dim_room, params.num_gen_steps
     floor = topology(u[: 3 + 3 * steps], dim, steps, params.p_change_directions).reshape(-1)
     u_player, u_target = u[3 + 3 * steps], u[4 + 3 * steps]
@@ -248,9 +251,10 @@ def fallback_room(dim: int) -> Room:
 
 
 def generate_room(key: jax.Array, params: GenParams) -> Room:
-    """A solvable room for ``key`` (§2.2): the first successful of ``max_gen_attempts`` attempts
-    (row i of one uniform draw ``U[max_gen_attempts, uniforms_per_attempt]`` from ``key``),
-    followed by its extra player walk; the fallback room if none succeeds."""
+    """A solvable room for ``key`` (docs/environments.md §3.3): the first successful of
+    ``max_gen_attempts`` attempts (row i of one uniform draw
+    ``U[max_gen_attempts, uniforms_per_attempt]`` from ``key``), followed by its extra player walk;
+    the fallback room if none succeeds."""
     check_gen_params(params)
     dim = params.dim_room
     u = jax.random.uniform(key, (params.max_gen_attempts, uniforms_per_attempt(params)))

@@ -1,26 +1,28 @@
-"""NumPy/pure-Python Sokoban, run the way the original ARLArena code runs it (spec environments §2).
+"""NumPy/pure-Python Sokoban, run the way the original ARLArena code runs it
+(docs/environments.md §3).
 
 One environment at a time: each room is generated inside :func:`set_seed`, which seeds Python's
 ``random`` and the global ``np.random`` with the same seed (and restores both afterwards). The
 random draws are made in the same order, with the same calls, as gym-sokoban 0.0.6's
 ``room_utils.py`` as ARLArena adapts it, so a seed gives the same room as the original:
 
-- topology (§2.2.1): ``random.sample`` for directions and masks, ``random.randint`` for the start,
-  ``random.random`` for the 0.35 direction change;
-- placement (§2.2.2): ``np.random.randint`` over the floor cells (row-major) for the player, then
+- topology (docs/environments.md §3.3 step 1): ``random.sample`` for directions and masks,
+  ``random.randint`` for the start, ``random.random`` for the 0.35 direction change;
+- placement (step 2): ``np.random.randint`` over the floor cells (row-major) for the player, then
   for each box target;
-- reverse play (§2.2.3): a deterministic DFS over pull-only moves (no draws);
-- extra player walk (§2.2.5): ``random.random`` and ``random.choice``.
+- reverse play (step 3): a deterministic DFS over pull-only moves (no draws);
+- extra player walk (step 5): ``random.random`` and ``random.choice``.
 
 The DFS follows ARLArena's copy: a child inherits the *updated* last-pulled box, so ``box_swaps``
 counts changes of the pulled box (gym-sokoban 0.0.6 passed the parent's, counting every pull).
 States are keyed by (player, boxes with their 3/4 codes), the same information as the original's
 ``marshal.dumps(room_state)`` key, held in tuples instead of arrays for speed.
 
-Retry seed (§2.2.6): the original uses ``abs(hash(str(seed))) % 2**32``, which depends on the
-per-process string-hash salt (``PYTHONHASHSEED``). Here :func:`retry_seed` replaces ``hash`` by a
-stable one (the first 8 bytes of SHA-256 of ``str(seed)``, read as a signed little-endian int), so
-retries are deterministic across processes. Seeds 0..199 never retry (spec §2.2).
+Retry seed (docs/environments.md §3.3): the original uses ``abs(hash(str(seed))) % 2**32``, which
+depends on the per-process string-hash salt (``PYTHONHASHSEED``). Here :func:`retry_seed` replaces
+``hash`` by a stable one (the first 8 bytes of SHA-256 of ``str(seed)``, read as a signed
+little-endian int), so retries are deterministic across processes. Seeds 0..199 never retry
+(docs/environments.md §3.3).
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ _PULLED, _UNPULLED = 3, 4  # box codes during reverse play (gym-sokoban room_sta
 
 @contextlib.contextmanager
 def set_seed(seed: int | None) -> Iterator[None]:
-    """Seed ``random`` and global ``np.random`` with ``seed``; restore both on exit (§2.1)."""
+    """Seed ``random`` and global ``np.random`` with ``seed``; restore both on exit
+    (docs/environments.md §3.1)."""
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
         random.seed(seed)
@@ -69,13 +72,15 @@ def set_seed(seed: int | None) -> Iterator[None]:
 
 
 def retry_seed(seed: int) -> int:
-    """The seed of the next try after a failed room (§2.2.6), with a process-stable hash."""
+    """The seed of the next try after a failed room (docs/environments.md §3.3), with a
+    process-stable hash."""
     digest = hashlib.sha256(str(seed).encode()).digest()[:8]
     return abs(int.from_bytes(digest, "little", signed=True)) % 2**32
 
 
 def room_topology(dim: tuple[int, int], p_change: float, num_steps: int) -> np.ndarray:
-    """Floor (1) / wall (0) layout from a random walk stamping 3x3 masks (§2.2.1)."""
+    """Floor (1) / wall (0) layout from a random walk stamping 3x3 masks
+    (docs/environments.md §3.3 step 1)."""
     dx, dy = dim
     direction = random.sample(_DIRECTIONS, 1)[0]
     pos = [random.randint(1, dx - 1), random.randint(1, dy - 1)]
@@ -93,7 +98,8 @@ def room_topology(dim: tuple[int, int], p_change: float, num_steps: int) -> np.n
 
 
 def place_player_and_targets(room: np.ndarray, num_boxes: int) -> np.ndarray:
-    """Player (5) then ``num_boxes`` targets (2) on random floor cells (§2.2.2), in place."""
+    """Player (5) then ``num_boxes`` targets (2) on random floor cells
+    (docs/environments.md §3.3 step 2), in place."""
     rows, cols = np.where(room == 1)
     if len(rows) <= num_boxes + 1:
         raise RuntimeError(f"{len(rows)} floor cells for 1 player and {num_boxes} boxes")
@@ -109,7 +115,8 @@ def place_player_and_targets(room: np.ndarray, num_boxes: int) -> np.ndarray:
 def reverse_play(
     structure: np.ndarray, player: Pos, search_depth: int
 ) -> tuple[Pos, dict[Pos, int], dict[Pos, Pos], int]:
-    """Pull-only DFS from boxes on their targets (§2.2.3): best (player, boxes, mapping, score)."""
+    """Pull-only DFS from boxes on their targets (docs/environments.md §3.3 step 3): best (player,
+    boxes, mapping, score)."""
     free = {tuple(p) for p in np.argwhere(structure > 0).tolist()}  # floor or target
     targets = [tuple(p) for p in np.argwhere(structure == 2).tolist()]  # row-major, like np.where
     num_boxes = len(targets)
@@ -154,12 +161,14 @@ def reverse_play(
 
 
 def displacement(mapping: dict[Pos, Pos]) -> int:
-    """Σ Manhattan distance between each box and its origin target (§2.2.3)."""
+    """Σ Manhattan distance between each box and its origin target
+    (docs/environments.md §3.3 step 3)."""
     return sum(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t, b in mapping.items())
 
 
 def random_player_walk(state: np.ndarray, structure: np.ndarray, move_prob: float) -> None:
-    """Extra walk of 1–3 steps onto unvisited free cells, continuing w.p. 0.5 (§2.2.5), in place."""
+    """Extra walk of 1–3 steps onto unvisited free cells, continuing w.p. 0.5
+    (docs/environments.md §3.3 step 5), in place."""
     if random.random() > move_prob:
         return
     r, c = (int(x) for x in np.argwhere(state == PLAYER)[0])
@@ -191,7 +200,7 @@ def generate_room(
     tries: int = 4,
     max_retries: int = 100,
 ) -> tuple[np.ndarray, np.ndarray, dict[Pos, Pos]]:
-    """(room_fixed, room_state, box_mapping) of the room of ``seed`` (spec §2.2, steps 1–6).
+    """(room_fixed, room_state, box_mapping) of the room of ``seed`` (docs/environments.md §3.3).
 
     ``room_fixed`` holds 0 wall / 1 floor / 2 target; ``room_state`` holds 0, 1, 2, 4 box and
     5 player (gym-sokoban encoding). A failed room (RuntimeError / RuntimeWarning) is retried with
@@ -229,7 +238,8 @@ def _generate_once(
 
 
 class SokobanTextEnv:
-    """One text-mode Sokoban environment (spec §2.3), implementing ``envs.base.TextEnv``.
+    """One text-mode Sokoban environment (docs/environments.md §3.1), implementing
+    ``envs.base.TextEnv``.
 
     Actions: 0 still/invalid (−0.1, not counted, done False), 1–4 up/down/left/right push-or-move.
     Stepping after the episode ended returns the same observation, reward 0, done True and the
@@ -262,7 +272,7 @@ class SokobanTextEnv:
         return Observation(text=render_text(self.grid))
 
     def reset(self, seed: int) -> Observation:
-        """Generate the room of ``seed`` (§2.2) and start an episode."""
+        """Generate the room of ``seed`` (docs/environments.md §3.3) and start an episode."""
         self.room_fixed, self.room_state, _ = generate_room(
             seed, self.dim, self.num_boxes, self.num_gen_steps, self.search_depth
         )
@@ -270,7 +280,8 @@ class SokobanTextEnv:
         return self.observation()
 
     def step(self, action: int) -> tuple[Observation, float, bool, dict[str, Any]]:
-        """Apply one action (§2.3): (observation, reward, done, {won, action_is_effective})."""
+        """Apply one action (docs/environments.md §3.1, §3.2): (observation, reward, done, {won,
+        action_is_effective})."""
         if self.done:
             return self.observation(), 0.0, True, {"won": self.won, "action_is_effective": False}
         action = int(action)

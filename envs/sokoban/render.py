@@ -1,4 +1,4 @@
-"""Sokoban grids and their text rendering (spec environments §2.2 encoding, §2.3 rendering).
+"""Sokoban grids and their text rendering (docs/environments.md §3.1 encoding, §3.4 rendering).
 
 Cell codes: 0 wall, 1 floor, 2 target, 3 box on target, 4 box, 5 player, 6 player on target.
 Text (gym-sokoban ``tiny_rgb_array``): each cell is a symbol between a space and a space-tab

@@ -1,6 +1,6 @@
 """Optimal Sokoban solver: breadth-first search over (player, boxes) states.
 
-Moves follow spec environments §2.3: action k in 1..4 = up, down, left, right; the player
+Moves follow docs/environments.md §3.1: action k in 1..4 = up, down, left, right; the player
 pushes a box when the cell beyond it is free (floor or target), otherwise moves into a free cell,
 otherwise stays. BFS returns a shortest action sequence that puts every box on a target. The
 state space of a 6×6 room with one box is at most 16·15 states, so this is instant.

@@ -1,0 +1,11 @@
+"""The built-in environments: one registration line each (loaded by :mod:`envs.registry` on its
+first lookup)."""
+
+from __future__ import annotations
+
+from envs.alfworld.spec import ALFWORLD
+from envs.registry import register
+from envs.sokoban.spec import SOKOBAN
+
+register(SOKOBAN)
+register(ALFWORLD)

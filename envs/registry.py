@@ -1,0 +1,144 @@
+"""The environment registry: one :class:`EnvSpec` per environment, looked up by ``env.name``.
+
+The trainer (``arlarena_jax.train.build``), the config schema (``env.name``, ``env.prompt``) and
+the CLI read everything environment-specific from here. The built-in environments are
+registered in :mod:`envs.builtin`, one line each, loaded on the first lookup; a new environment
+lives in ``envs/<name>/`` and adds one line there (or calls :func:`register` itself).
+
+A spec's functions take the trainer's ``env`` config section, duck-typed: it has ``name``,
+``train_batch_size``, ``group_size``, ``max_turns``, ``history_length``, ``prompt``,
+``num_workers``, ``step_timeout_s``, ``data_path``, ``eval_seed`` and one section per environment
+with settings (``env.<name>``, of the spec's ``settings`` type). Nothing here imports the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from arlarena_jax.errors import ConfigError
+from envs.base import EnvBatch
+from envs.text import Expert, TaskFormat
+
+PURPOSES = ("train", "eval")
+
+
+def _no_data_check(env: Any, training: bool) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Everything the trainer needs to know about one environment (see the module doc).
+
+    * ``make_batch(env, num_envs, purpose)``: ``num_envs`` environments for ``"train"`` or
+      ``"eval"`` tasks.
+    * ``formats``: the prompt formats by ``env.prompt`` value (the config's default is
+      ``"paper"``); only these values validate (:meth:`task_format`).
+    * ``expert(env)``: the scripted expert behind demonstrations and the tiny tokenizer's corpus
+      (None: the environment has none, so no cloning and no ``tiny-<name>`` tokenizer).
+    * ``check_data(env, training)``: raise a one-line :class:`ConfigError` when the data the run
+      needs is missing (``training``: the training tasks are needed too).
+    * ``settings``: the type of the environment's own config section ``env.<name>`` (None: none).
+    * ``tokenizer_episodes``: expert episodes in the ``tiny-<name>`` tokenizer's corpus.
+    * ``paper``: the paper-scale ``env`` settings (``configs/<name>/base_qwen3_4b.yaml``).
+    * ``method_settings``: per method preset, hyper-parameter overrides from this
+      environment's release scripts (``{method: {field: value}}``).
+    * ``commands(subparsers)``: adds the environment's own ``arlarena`` subcommands (optional).
+    """
+
+    name: str
+    make_batch: Callable[[Any, int, str], EnvBatch]
+    formats: Mapping[str, TaskFormat]
+    expert: Callable[[Any], Expert] | None = None
+    check_data: Callable[[Any, bool], None] = _no_data_check
+    settings: type | None = None
+    tokenizer_episodes: int = 32
+    paper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    method_settings: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    commands: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.isidentifier():
+            raise ValueError(f"environment name must be an identifier, got {self.name!r}")
+        if not self.formats:
+            raise ValueError(f"environment {self.name!r} needs at least one prompt format")
+        for field in ("formats", "paper", "method_settings"):
+            frozen = MappingProxyType(dict(getattr(self, field)))
+            object.__setattr__(self, field, frozen)
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """The valid ``env.prompt`` values."""
+        return tuple(self.formats)
+
+    def task_format(self, env: Any) -> TaskFormat:
+        """The format of ``env.prompt``; another value is a one-line ConfigError."""
+        prompt = env.prompt
+        if prompt not in self.formats:
+            having = [n for n in names() if prompt in get(n).formats]
+            where = f"only for {', '.join(having)}" if having else "for no environment"
+            raise ConfigError(
+                f"config key 'env.prompt': {prompt!r} exists {where}, not {self.name!r} "
+                f"(its prompts: {', '.join(self.formats)})"
+            )
+        return self.formats[prompt]
+
+
+def check_purpose(purpose: str) -> str:
+    """``purpose`` if it is ``"train"`` or ``"eval"``, else a ValueError."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be 'train' or 'eval', got {purpose!r}")
+    return purpose
+
+
+_SPECS: dict[str, EnvSpec] = {}
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        import envs.builtin  # noqa: F401  (registers the built-in environments)
+
+
+def register(spec: EnvSpec) -> EnvSpec:
+    """Add ``spec`` under ``spec.name``; a name taken by another spec is a ValueError."""
+    _load_builtins()
+    known = _SPECS.get(spec.name)
+    if known is not None and known is not spec:
+        raise ValueError(f"environment {spec.name!r} is already registered")
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` (tests that register a toy environment clean up with it)."""
+    _SPECS.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered environment names, sorted."""
+    _load_builtins()
+    return tuple(sorted(_SPECS))
+
+
+def unknown_message(name: str, known: Sequence[str] | None = None) -> str:
+    """One line for an unregistered ``name``, with a close match when there is one."""
+    known = names() if known is None else known
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown environment {name!r} ({hint}registered: {', '.join(known)})"
+
+
+def get(name: str) -> EnvSpec:
+    """The spec registered as ``name``; an unknown name is a one-line ValueError."""
+    _load_builtins()
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise ValueError(unknown_message(name)) from None

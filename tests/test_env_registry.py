@@ -1,0 +1,166 @@
+"""The environment registry: built-in entries, lookups and their one-line errors, a toy
+environment registered from outside, and the layering rule that environments never import the
+rollout, the sampler or the trainer."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.rollout import collect
+from arlarena_jax.train.config import Config, EnvConfig, validate
+from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.demos import demonstrations
+from arlarena_jax.train.loop import train
+from envs import registry
+from envs.base import Observation
+from envs.text import ScriptedPolicy
+from tests.toyenv.prompts import GUESS_FORMAT, guess_prompt
+from tests.toyenv.spec import GUESS
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("arlarena_jax.rollout", "arlarena_jax.sampler", "arlarena_jax.train")
+
+
+def _imported_modules(tree: ast.AST) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_environments_never_import_the_rollout_sampler_or_trainer():
+    files = sorted((ROOT / "envs").rglob("*.py"))
+    assert ROOT / "envs" / "alfworld" / "expert.py" in files
+    bad = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in files
+        for name in _imported_modules(ast.parse(path.read_text(), str(path)))
+        if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+    ]
+    assert bad == []
+
+
+def test_builtin_environments():
+    assert registry.names() == ("alfworld", "sokoban")
+    sokoban, alfworld = registry.get("sokoban"), registry.get("alfworld")
+    assert sokoban.prompts == ("paper", "compact") and alfworld.prompts == ("paper",)
+    assert (sokoban.tokenizer_episodes, alfworld.tokenizer_episodes) == (256, 32)
+    assert sokoban.method_settings == {} and alfworld.method_settings == {}
+    assert alfworld.commands is not None and sokoban.commands is None
+
+
+@pytest.mark.parametrize("name", ["sokoban", "alfworld"])
+def test_env_config_has_each_settings_section(name):
+    spec = registry.get(name)
+    assert isinstance(getattr(EnvConfig(), name), spec.settings)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "alfworld"])
+def test_paper_settings_are_the_paper_scale_config(name):
+    config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
+    spec = registry.get(name)
+    assert spec.paper and {k: config["env"][k] for k in spec.paper} == dict(spec.paper)
+
+
+def test_unknown_names_and_prompts_are_one_line_errors():
+    with pytest.raises(ValueError, match=r"unknown environment 'sokobn' \(did you mean 'sokoban'"):
+        registry.get("sokobn")
+    with pytest.raises(ValueError) as info:
+        registry.get("webshop")
+    assert str(info.value) == "unknown environment 'webshop' (registered: alfworld, sokoban)"
+    env = SimpleNamespace(name="alfworld", prompt="compact")
+    with pytest.raises(ConfigError) as info:
+        registry.get("alfworld").task_format(env)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("config key 'env.prompt': 'compact' exists only for sokoban")
+    with pytest.raises(ValueError, match="purpose must be 'train' or 'eval'"):
+        registry.check_purpose("test")
+
+
+def test_config_validation_reads_the_registry():
+    def env(**kw):
+        return dataclasses.replace(Config(), env=dataclasses.replace(Config().env, **kw))
+
+    with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'webshop' \(regis"):
+        validate(env(name="webshop"))
+    with pytest.raises(ConfigError, match=r"'env\.prompt': 'compact' exists only for sokoban"):
+        validate(env(name="alfworld", prompt="compact"))
+    with pytest.raises(ConfigError, match=r"'env\.prompt': 'tiny' exists for no environment"):
+        validate(env(name="sokoban", prompt="tiny"))
+
+
+# ---- a toy environment in one folder (tests/toyenv/), registered with one line ----------------
+
+
+@pytest.fixture
+def toy():
+    assert "guess" not in registry.names()
+    registry.register(GUESS)  # the one registration line
+    yield GUESS
+    registry.unregister("guess")
+    assert "guess" not in registry.names()
+
+
+def test_a_toy_environment_registers_and_plays(toy):
+    assert "guess" in registry.names() and registry.get("guess") is toy
+    with pytest.raises(ValueError, match="'guess' is already registered"):
+        registry.register(dataclasses.replace(toy))
+    env = SimpleNamespace(name="guess", prompt="paper", max_turns=2, history_length=2)
+    fmt = toy.task_format(env)
+    assert fmt is GUESS_FORMAT
+    envs = toy.make_batch(env, 4, "train")
+    wrong = ScriptedPolicy(lambda prompts: ["<think></think><action>x</action>"] * len(prompts))
+    rollout = collect(envs, fmt, wrong, group_seeds=[3, 7], group_size=2, max_turns=env.max_turns)
+    assert [t.won for t in rollout.trajectories] == [False] * 4
+    assert len(rollout.rows) == 8  # two wrong tries each
+    demos = demonstrations(env, [3, 13, 7])  # 3 and 13 show the same card: played once
+    assert [d.reply for d in demos] == [f"<think></think><action>{n}</action>" for n in (3, 3, 7)]
+    assert demos[0].prompt == guess_prompt(Observation("The card says 3."), "", None)
+
+
+def test_a_toy_environment_trains_one_step(toy, tmp_path):
+    """The whole trainer on the toy: its own tiny tokenizer from the expert's turns, cloning on
+    its demonstrations, one SAMPO step, evaluation, a checkpoint. Nothing outside
+    tests/toyenv/ names it, so this is what adding an environment costs."""
+    config = load_config(
+        ROOT / "configs" / "sokoban" / "sampo_tiny.yaml",
+        [
+            "env.name=guess",
+            "env.prompt=paper",
+            "env.max_turns=2",
+            "env.train_batch_size=2",
+            "env.group_size=2",
+            "env.eval_batch_size=4",
+            "model.tokenizer=tiny-guess",
+            "sft.num_episodes=8",
+            "sft.steps=2",
+            "sampler.max_concurrent_decodes=4",
+            "trainer.total_steps=1",
+            "trainer.eval_episodes=4",
+            "trainer.mini_batch_size=8",
+            "trainer.micro_batch_size=4",
+            "trainer.export_hf=false",
+            f"trainer.run_dir={tmp_path}",
+        ],
+    )
+    summary = train(config, console=False)
+    assert summary.steps == 1 and len(summary.history) == 1
+    assert summary.success_after_cloning is not None and summary.success_after_rl is not None
+    step = summary.history[0]
+    for key in ("actor/pg_loss", "actor/grad_norm", "episode/success_rate", "batch/gen_tries"):
+        assert math.isfinite(step[key]), key
+    assert (tmp_path / "checkpoints" / "1").is_dir()
+    assert load_config(tmp_path / "config.yaml").env.name == "guess"
