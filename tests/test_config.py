@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.objectives.presets import PRESETS
-from arlarena_jax.train.config import Config, ConfigError, validate
+from arlarena_jax.train.config import Config, ConfigError, resolve, validate
 from arlarena_jax.train.config_io import (
     apply_overrides,
     config_from_dict,
@@ -25,7 +25,7 @@ from arlarena_jax.train.config_io import (
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 YAMLS = sorted(CONFIGS.rglob("*.yaml"))
-TINY = CONFIGS / "sokoban" / "grpo_tiny.yaml"
+TINY = CONFIGS / "sokoban" / "base_tiny.yaml"
 
 
 def _raises(fn, *args, match: str) -> str:
@@ -61,25 +61,35 @@ def test_every_yaml_loads_and_round_trips(path, tmp_path):
 
 
 @pytest.mark.parametrize("method", sorted(PRESETS))
-def test_every_method_preset_has_a_tiny_config(method):
-    config = load_config(CONFIGS / "sokoban" / f"{method}_tiny.yaml")
+def test_every_method_preset_runs_from_the_tiny_base(tiny, method):
+    """One base file plus ``algorithm.method``; the run directory follows env, method and seed."""
+    config = apply_overrides(tiny, [f"algorithm.method={method}"])
     assert config.algorithm.method == method
     assert (config.env.name, config.env.prompt, config.model.name) == ("sokoban", "compact", "tiny")
     assert config.sft.enabled and config.model.path is None
-    assert config.trainer.run_dir == f"runs/sokoban/{method}_tiny"
+    assert config.trainer.run_dir is None
+    resolved = resolve(config)
+    assert resolved.trainer.run_dir == f"runs/sokoban/{method}_seed0"
+    assert resolved.algorithm.cold_start_steps == 3  # the base file's, read by every method
+    assert resolve(apply_overrides(config, ["trainer.seed=2"])).trainer.run_dir.endswith("_seed2")
+
+
+def test_the_main_job_file_is_the_base_plus_its_method(tiny):
+    assert load_config(CONFIGS / "sokoban" / "sampo_tiny.yaml") == apply_overrides(
+        tiny, ["algorithm.method=sampo"]
+    )
 
 
 @pytest.mark.parametrize(
     ("env", "turns", "prompt", "mini", "micro", "steps"),
     [
         ("alfworld", 50, 2048, 256, 32, 200),
-        ("webshop", 15, 4096, 128, 8, 250),
         ("sokoban", 15, 2048, 64, 8, 200),
     ],
 )
 def test_paper_scale_configs(env, turns, prompt, mini, micro, steps):
     c = load_config(CONFIGS / env / "sampo_qwen3_4b.yaml")
-    assert (c.algorithm.method, c.env.name, c.preset_env) == ("sampo", env, env)
+    assert (c.algorithm.method, c.env.name) == ("sampo", env)
     assert c.env.group_size == 8 and c.env.max_turns == turns
     assert (c.sampler.max_prefill_length, c.sampler.max_new_tokens) == (prompt, 512)
     assert (c.trainer.mini_batch_size, c.trainer.micro_batch_size) == (mini, micro)
@@ -101,7 +111,7 @@ def test_overrides_nested_lists_bools_and_null(tiny):
             "algorithm.max_num_gen_batches=4",
             "model.tokenizer=None",
             "model.path=/models/qwen",
-            "sft.betas=[0.8, 0.9]",
+            "sft.optim.betas=[0.8, 0.9]",
         ],
     )
     assert c.trainer.total_steps == 10 and c.optim.lr == 1e-5
@@ -110,7 +120,7 @@ def test_overrides_nested_lists_bools_and_null(tiny):
     assert c.trainer.export_hf is False and c.optim.grad_clip is None
     assert c.sampler.enable_thinking is False and c.algorithm.max_num_gen_batches == 4
     assert (c.model.tokenizer, c.model.path) == (None, "/models/qwen")
-    assert c.sft.betas == (0.8, 0.9) and isinstance(c.sft.betas[0], float)
+    assert c.sft.optim.betas == (0.8, 0.9) and isinstance(c.sft.optim.betas[0], float)
     assert apply_overrides(tiny, ["optim.lr=1"]).optim.lr == 1.0  # int taken for a float
     assert apply_overrides(tiny, ["trainer.run_dir=2024"]).trainer.run_dir == "2024"
     assert apply_overrides(tiny, ["env.data_path="]).env.data_path is None
@@ -144,7 +154,10 @@ def test_load_config_applies_overrides_before_validation(tmp_path):
         ("trainer.total_steps=true", "'trainer.total_steps': expected int, got True (bool)"),
         ("trainer.total_steps=1.5", "'trainer.total_steps': expected int, got 1.5 (float)"),
         ("trainer.export_hf=1", "'trainer.export_hf': expected bool, got 1 (int)"),
-        ("env.name=chess", "'env.name': expected one of 'sokoban', 'alfworld', 'webshop'"),
+        (
+            "env.name=chess",
+            "'env.name': unknown environment 'chess' (registered: alfworld, sokoban)",
+        ),
         ("optim.schedule=linear", "'optim.schedule': expected one of 'constant', 'cosine'"),
         ("sampler.stop_strings=[1]", "'sampler.stop_strings[0]': expected str, got 1 (int)"),
         ("sampler.stop_strings=x", "'sampler.stop_strings': expected a list of str"),
@@ -169,10 +182,13 @@ def test_unknown_keys_and_wrong_types(tiny, override, message):
         ("mesh.tensor=0", "'mesh.tensor': must be >= 1, got 0"),
         ("mesh.fsdp=3", "'trainer.micro_batch_size': 32 rows do not split over mesh"),
         ("optim.lr=0", "'optim.lr': must be > 0"),
-        ("sampler.train.temperature=.nan", "'sampler.train.temperature': must be >= 0, got nan"),
+        (
+            "sampler.train.temperature=.nan",
+            "'sampler.train.temperature': must be finite and >= 0, got nan",
+        ),
         ("trainer.total_steps=-1", "'trainer.total_steps': must be >= 0, got -1"),
         ("optim.betas=[0.9, 1.0]", "'optim.betas': each must lie in [0, 1)"),
-        ("sft.warmup_ratio=1", "'sft.warmup_ratio': must lie in [0, 1)"),
+        ("sft.optim.warmup_ratio=1", "'sft.optim.warmup_ratio': must lie in [0, 1)"),
         ("sampler.eval.top_p=0", "'sampler.eval.top_p': must lie in (0, 1]"),
         ("sampler.stop_strings=['']", "'sampler.stop_strings': stop strings must be non-empty"),
         ("model.tokenizer=null", "'model.tokenizer': null needs model.path"),
@@ -187,8 +203,8 @@ def test_cross_field_errors(tiny, override, message):
 
 
 def test_compact_prompt_is_sokoban_only(tiny):
-    _raises(apply_overrides, tiny, ["env.name=webshop"], match="'env.prompt': 'compact' exists")
-    assert apply_overrides(tiny, ["env.name=webshop", "env.prompt=paper"]).preset_env == "webshop"
+    _raises(apply_overrides, tiny, ["env.name=alfworld"], match="'env.prompt': 'compact'")
+    assert apply_overrides(tiny, ["env.name=alfworld", "env.prompt=paper"]).env.name == "alfworld"
 
 
 def test_yaml_files_are_checked_strictly(tmp_path):
@@ -244,7 +260,9 @@ _VALUES = {
     "trainer.run_dir": _TEXT,
     "model.remat": st.none() | st.sampled_from(["nothing_saveable", "dots_saveable"]),
     "algorithm.method": st.sampled_from(sorted(PRESETS)),
-    "algorithm.env": st.none() | st.sampled_from(["alfworld", "webshop", "sokoban"]),
+    "algorithm.cold_start_steps": st.none() | st.integers(0, 1000),
+    "algorithm.clip_high": st.none() | st.floats(0.0, 10.0),
+    "algorithm.use_kl_loss": st.none() | st.booleans(),
     "env.sokoban.search_depth": st.integers(1, 100),
 }
 
@@ -267,3 +285,41 @@ def test_random_valid_overrides_round_trip(pairs):
     assert apply_overrides(config, []) == config
     with tempfile.TemporaryDirectory() as tmp:
         assert load_config(dump_config(config, Path(tmp) / "config.yaml")) == config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algorithm.gamma=0.9"],
+            "'algorithm.gamma': method 'grpo' does not read it (its settings:",
+        ),
+        (["algorithm.method=sampo", "algorithm.sapo_tau_pos=2"], "'algorithm.sapo_tau_pos'"),
+        (["algorithm.clip_ratio_c=1"], "'algorithm.clip_ratio_c': must be > 1, got 1.0"),
+        (["algorithm.method=gigpo", "algorithm.gamma=1.5"], "'algorithm.gamma': must be in [0, 1]"),
+        (["algorithm.kl_type=k9"], "'algorithm.kl_type': expected one of 'k1', 'kl', 'abs'"),
+        (["algorithm.method=gigpo", "algorithm.gigpo_mode=x"], "'algorithm.gigpo_mode': expected"),
+        (["algorithm.max_num_gen_batches=0"], "'algorithm.max_num_gen_batches': must be >= 1"),
+    ],
+)
+def test_method_settings_are_config_keys_checked_in_one_line(tiny, overrides, message):
+    _raises(apply_overrides, tiny, overrides, match=message)
+
+
+def test_method_settings_resolve_from_the_preset_and_overrides(tiny):
+    """Unset keys take the method's values (SAMPO: GSPO's ε = 3e-3 / 4e-3, GiGPO γ = 0.95,
+    dynamic sampling with 3 tries); a set key wins; keys the method does not read stay null."""
+    sampo = resolve(apply_overrides(tiny, ["algorithm.method=sampo", "algorithm.clip_high=5e-3"]))
+    a = sampo.algorithm
+    assert (a.clip_low, a.clip_high, a.gamma, a.gigpo_mode) == (3e-3, 5e-3, 0.95, "mean_std_norm")
+    assert (a.dynamic_sampling, a.max_num_gen_batches, a.cold_start_steps) == (True, 3, 3)
+    assert a.sapo_tau_pos is None and a.clip_ratio_c is None and a.empg_zeta is None
+    assert resolve(sampo) == sampo  # resolving pins values: a second pass changes nothing
+    assert load_config(dump_config(sampo, Path(tempfile.mkdtemp()) / "c.yaml")) == sampo
+    no_kl = resolve(apply_overrides(tiny, ["algorithm.method=dr_grpo"])).algorithm
+    assert (no_kl.use_kl_loss, no_kl.loss_agg_mode) == (False, "seq-mean-token-sum")
+
+
+def test_an_explicit_run_dir_is_kept(tiny):
+    config = resolve(apply_overrides(tiny, ["trainer.run_dir=somewhere"]))
+    assert config.trainer.run_dir == "somewhere"

@@ -11,7 +11,7 @@ import pytest
 from arlarena_jax.train.monitor import KINDS, MonitorSettings, StabilityEvent, StabilityMonitor
 
 STEPS = 200
-COLLAPSE = 130  # CISPO on ALFWorld collapses around step 130 (spec §10)
+COLLAPSE = 130  # CISPO on ALFWorld collapses around step 130 (the paper)
 
 
 def healthy_stream(seed: int = 0) -> list[dict[str, float]]:
@@ -143,17 +143,17 @@ def test_rollback_is_only_a_recommendation_when_enabled():
 
 
 def test_settings_are_validated():
-    with pytest.raises(ValueError, match=r"grad_norm_spike_factor=0\.5 must be > 1"):
-        MonitorSettings(grad_norm_spike_factor=0.5)
-    with pytest.raises(ValueError, match=r"entropy_collapse_fraction=1\.5"):
-        MonitorSettings(entropy_collapse_fraction=1.5)
+    with pytest.raises(ValueError, match=r"grad_norm_spike_factor must be > 1 or null, got 0\.5"):
+        StabilityMonitor(MonitorSettings(grad_norm_spike_factor=0.5))
+    with pytest.raises(ValueError, match=r"entropy_collapse_fraction must lie in \(0, 1\)"):
+        StabilityMonitor(MonitorSettings(entropy_collapse_fraction=1.5))
     off = MonitorSettings(kl_bound=None, grad_norm_spike_factor=None)
     _, events = run(corrupt("actor/ppo_kl", lambda i, k: 1.0), off)
     assert events == []
 
 
 class RestoringCheckpointer:
-    """The two calls ``_roll_back`` makes: the last good step, and a restore of it."""
+    """The two calls ``roll_back`` makes: the last good step, and a restore of it."""
 
     def __init__(self, good: int, state):
         self.good, self.state, self.restored = good, state, []
@@ -179,7 +179,7 @@ def test_a_rollback_forgets_the_history_after_the_restored_step():
     window keeps [1, 1, 1, 100, 100, 100], median 50.5, and the spike at step 9 goes unseen."""
     import jax.numpy as jnp
 
-    from arlarena_jax.train.loop import _roll_back
+    from arlarena_jax.train.run import TrainState, roll_back
 
     settings = MonitorSettings(window=6, min_history=3, rollback=True, rollback_after=3)
     monitor = StabilityMonitor(settings)
@@ -191,9 +191,19 @@ def test_a_rollback_forgets_the_history_after_the_restored_step():
             "grad_norm_spike"
         ]
     assert monitor.should_rollback
-    state = {"params": jnp.zeros(2)}
+    state = TrainState(params=jnp.zeros(2), opt_state=(), objective_state=())
     checkpointer, engine = RestoringCheckpointer(5, {"params": jnp.ones(2)}), ParamsSink()
-    assert _roll_back(checkpointer, monitor, state, engine, 8) == {"stability/rolled_back_to": 5.0}
+    assert roll_back(checkpointer, monitor, state, engine, 8) == {"stability/rolled_back_to": 5.0}
     assert checkpointer.restored == [5] and float(engine.params[0]) == 1.0
     assert monitor.rollbacks == 1 and not monitor.should_rollback
     assert [e.kind for e in monitor.observe(9, {"actor/grad_norm": 10.0})] == ["grad_norm_spike"]
+
+
+def test_a_disabled_monitor_judges_nothing():
+    """``monitor.enabled: false``: a stream that fires ``nonfinite`` and ``kl_drift`` when enabled
+    gives no event, no bad step and no rollback."""
+    stream = corrupt("actor/ppo_kl", lambda i, k: float("nan") if i == 0 else 1.0)
+    assert run(stream, MonitorSettings())[1]
+    monitor, events = run(stream, MonitorSettings(enabled=False, rollback=True))
+    assert events == [] and monitor.healthy and monitor.consecutive_bad == 0
+    assert not monitor.should_rollback

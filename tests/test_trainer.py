@@ -18,6 +18,7 @@ import pytest
 
 from arlarena_jax.cli import main
 from arlarena_jax.models import load_pretrained
+from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import summary_table, train
 from arlarena_jax.train.metrics import read_scalars
@@ -114,10 +115,24 @@ def test_cli_rejects_a_bad_override_in_one_line(capsys):
 
 def test_cli_refuses_a_method_that_needs_a_critic_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
-        main(["train", "configs/sokoban/ppo_tiny.yaml"])
+        main(["train", "configs/sokoban/base_tiny.yaml", "algorithm.method=ppo"])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'algorithm.method'" in err and "critic" in err
+
+
+def test_print_config_shows_the_resolved_config_and_runs_nothing(tmp_path, capsys):
+    run_dir = tmp_path / "never-created"
+    overrides = ["algorithm.clip_high=5e-3", f"trainer.run_dir={run_dir}"]
+    with pytest.raises(SystemExit) as info:
+        main(["train", CONFIG, *overrides, "--print-config"])
+    assert info.value.code == 0 and not run_dir.exists()
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    config = load_config(printed)
+    assert config == resolve(load_config(CONFIG, overrides))
+    assert (config.algorithm.clip_low, config.algorithm.clip_high) == (3e-3, 5e-3)  # SAMPO's
+    assert config.algorithm.gamma == 0.95 and config.algorithm.sapo_tau_pos is None
 
 
 def test_gen_data_writes_expert_turns(tmp_path, capsys):

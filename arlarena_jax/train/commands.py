@@ -2,6 +2,7 @@
 
 Each takes a YAML config and dotted overrides (``trainer.total_steps=50 optim.lr=1e-5``); a bad
 config fails with one line naming the key before anything is built or compiled.
+``--print-config`` prints the resolved configuration (what the run would dump) and exits.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from arlarena_jax.train.config import ConfigError
-from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.config import ConfigError, resolve
+from arlarena_jax.train.config_io import dumps_config, load_config
 from arlarena_jax.train.distributed import initialize_if_distributed
 
 
@@ -36,6 +37,9 @@ def _config(args: argparse.Namespace, extra: list[str] = (), *, training: bool =
     try:
         config = load_config(args.config, [*args.overrides, *extra])
         build.build_objective(config)
+        if getattr(args, "print_config", False):
+            print(dumps_config(resolve(config)), end="")
+            raise SystemExit(0)
         build.check_data(config, training=training)
         return config
     except ConfigError as error:
@@ -70,29 +74,11 @@ def sft_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate the run's newest checkpoint (or the untrained model) on the held-out seeds."""
     config = _config(args, training=False)
-    from arlarena_jax.train import build
-    from arlarena_jax.train.evaluate import evaluate
-    from arlarena_jax.train.loop import eval_policy, eval_seeds, restore_latest
+    from arlarena_jax.train.run import Run
 
-    tokenizer = build.build_tokenizer(config)
-    mesh = build.build_mesh(config)
-    model = build.build_model(config, tokenizer, mesh, config.trainer.seed)
-    step = restore_latest(config, model)
-    _, policy = build.build_policy(config, model, tokenizer, mesh)
-    envs = build.make_envs(
-        config, min(config.env.eval_batch_size, config.trainer.eval_episodes), "eval"
-    )
-    try:
-        metrics, _ = evaluate(
-            envs,
-            build.task_format(config),
-            eval_policy(policy, config),
-            seeds=eval_seeds(config),
-            max_turns=config.env.max_turns,
-            history_length=config.env.history_length,
-        )
-    finally:
-        envs.close()
+    with _one_line_config_errors(), Run(config, console=False) as run:
+        step = run.resume()
+        metrics = run.evaluate()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     print(f"{where}, {config.trainer.eval_episodes} held-out episodes:")
     for key, value in sorted(metrics.items()):
@@ -130,4 +116,10 @@ def add_commands(commands) -> None:
             sub.add_argument("out", help="output .jsonl file")
             sub.add_argument("--episodes", type=int, default=256)
         sub.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
+        sub.add_argument(
+            "--print-config",
+            action="store_true",
+            help="print the resolved configuration (every method setting, the run directory) "
+            "as YAML and exit",
+        )
         sub.set_defaults(handler=handler)

@@ -2,13 +2,13 @@
 
 A :class:`Config` has one section per concern (``model``, ``env``, ``sampler``, ``algorithm``,
 ``optim``, ``sft``, ``trainer``, ``mesh``, ``monitor``). Defaults are the paper's ALFWorld
-settings (spec algorithms §9.1) where the spec gives a value, otherwise small safe values.
+settings (docs/algorithms.md §8) where the reference gives a value, otherwise small safe values.
 YAML loading, dotted overrides and dumping live in :mod:`arlarena_jax.train.config_io`;
 :func:`validate` checks the rules that span fields. Every failure is a :class:`ConfigError`
 whose message is one line naming the key path, e.g.
 ``config key 'trainer.mini_batch_size': 100 is not a multiple of trainer.micro_batch_size 32``.
 
-Batch semantics follow verl (spec §9): ``env.train_batch_size`` task groups of
+Batch semantics follow verl (docs/environments.md §1.1): ``env.train_batch_size`` task groups of
 ``env.group_size`` trajectories per step; the turn rows are split into mini-batches of
 ``trainer.mini_batch_size`` rows (one optimizer step each) and micro-batches of
 ``trainer.micro_batch_size`` rows, each aggregated on its own as verl's per-GPU micro-batch is
@@ -19,14 +19,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Literal
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.objectives.presets import (
+    PRESETS,
+    MethodSettings,
+    invalid_settings,
+    preset_key,
+    settings,
+)
+from arlarena_jax.sampler.engine import EngineConfig, invalid_engine
+from arlarena_jax.sampler.sampling import SamplingParams
+from arlarena_jax.train.monitor import MonitorSettings, invalid_monitor
+from arlarena_jax.train.optim import SFT_OPTIM, OptimConfig, invalid_optim
+from envs import registry
 
 DTypeName = Literal["float32", "bfloat16"]
-Schedule = Literal["constant", "cosine"]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration; the message is one line naming the offending key."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,75 +51,81 @@ class ModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class SokobanConfig:
-    dim_room: int = 6
-    num_boxes: int = 1
-    search_depth: int = 30
+class EnvCommon:
+    """The ``env`` keys every environment reads; :data:`EnvConfig` adds one section per
+    registered environment that declares its own settings."""
 
-
-@dataclasses.dataclass(frozen=True)
-class AlfworldConfig:
-    eval_split: Literal["valid_seen", "valid_unseen"] = "valid_seen"  # in / out of distribution
-    expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvConfig:
-    name: Literal["sokoban", "alfworld", "webshop"] = "alfworld"
+    name: str = "alfworld"  # a registered environment (envs.registry.names())
     train_batch_size: int = 16  # task groups per step (data.train_batch_size)
     group_size: int = 8  # trajectories per group (env.rollout.n)
     max_turns: int = 50  # env.max_steps
     history_length: int = 2
-    prompt: Literal["paper", "compact"] = "paper"  # "compact": one character per cell (Sokoban)
+    prompt: str = "paper"  # a format of the env's spec; Sokoban: "compact", one char per cell
     eval_batch_size: int = 128  # validation environments run at once (group size 1)
     seed: int = 0
     eval_seed: int = 0  # offset of the held-out seeds (the trainer keeps them apart from training)
     num_workers: int = 0  # host environment pool processes (0: in-process / JAX-native)
     step_timeout_s: float = 60.0  # per step call to a pool worker
     data_path: str | None = None  # ALFWorld: the root holding json_2.1.1/<split>/ games
-    sokoban: SokobanConfig = dataclasses.field(default_factory=SokobanConfig)
-    alfworld: AlfworldConfig = dataclasses.field(default_factory=AlfworldConfig)
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = off (verl's -1)
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplerConfig:
-    max_concurrent_decodes: int = 128  # decode slots
-    max_prefill_length: int = 2048  # data.max_prompt_length
-    max_new_tokens: int = 512  # data.max_response_length
-    steps_per_call: int = 8
-    cache_dtype: DTypeName = "float32"
-    train: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
-    eval: SamplingConfig = dataclasses.field(
-        default_factory=lambda: SamplingConfig(temperature=0.6, top_p=0.95, top_k=20)
+def _env_config() -> type:
+    """``EnvCommon`` plus a section ``env.<name>`` of type ``EnvSpec.settings`` for every
+    registered environment that has one (``env.sokoban.dim_room``, ``env.alfworld.eval_split``):
+    adding an environment adds its section without touching this module."""
+    sections = [
+        (spec.name, spec.settings, dataclasses.field(default_factory=spec.settings))
+        for spec in map(registry.get, registry.names())
+        if spec.settings is not None
+    ]
+    cls = dataclasses.make_dataclass(
+        "EnvConfig",
+        sections,
+        bases=(EnvCommon,),
+        frozen=True,
+        namespace={"__doc__": "The ``env`` section: common keys and each environment's own."},
     )
+    cls.__module__ = __name__
+    return cls
+
+
+EnvConfig = _env_config()
+
+
+TRAIN_SAMPLING = SamplingParams()
+EVAL_SAMPLING = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)  # the paper's validation
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig(EngineConfig):
+    """The engine's settings (:class:`~arlarena_jax.sampler.EngineConfig`: slots, prompt and
+    response lengths, ``stop_token_ids`` added to the tokenizer's) plus how the policy samples."""
+
+    train: SamplingParams = TRAIN_SAMPLING
+    eval: SamplingParams = EVAL_SAMPLING
     stop_strings: tuple[str, ...] = ()
     enable_thinking: bool | None = None  # null: the chat template's default
 
 
-@dataclasses.dataclass(frozen=True)
-class AlgorithmConfig:
-    method: str = "sampo"  # a key of arlarena_jax.objectives.presets.PRESETS
-    env: Literal["alfworld", "webshop", "sokoban"] | None = None  # preset recipe; null = env.name
-    max_num_gen_batches: int | None = None  # dynamic-sampling tries; null = the preset's
-    cold_start_steps: int | None = None  # null = the preset's
+def _algorithm_config() -> type:
+    """``method`` plus every :class:`~arlarena_jax.objectives.presets.MethodSettings` field, each
+    ``null`` by default: null takes the method's value (its preset's, or its environment's
+    release-script value), anything else overrides it."""
+    knobs = [
+        (name, tp | None, dataclasses.field(default=None))
+        for name, tp in typing.get_type_hints(MethodSettings).items()
+    ]
+    cls = dataclasses.make_dataclass(
+        "AlgorithmConfig",
+        [("method", str, dataclasses.field(default="sampo")), *knobs],
+        frozen=True,
+        namespace={"__doc__": "The method preset and its settings (null: the method's value)."},
+    )
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    warmup_ratio: float = 0.0
-    schedule: Schedule = "constant"
-    grad_clip: float | None = 1.0  # null: no clipping
+AlgorithmConfig = _algorithm_config()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,12 +135,7 @@ class SFTConfig:
     epochs: int = 1
     steps: int | None = None  # optimizer steps; overrides epochs when set
     batch_size: int = 16
-    lr: float = 1e-5
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_ratio: float = 0.1
-    schedule: Schedule = "cosine"
-    grad_clip: float | None = 1.0
+    optim: OptimConfig = SFT_OPTIM
     seed: int = 0
 
 
@@ -137,7 +149,9 @@ class TrainerConfig:
     eval_every: int = 5  # test_freq; 0 = never
     eval_at_start: bool = True
     eval_episodes: int = 128  # held-out seeds per evaluation
-    run_dir: str = "runs/default"  # metrics, checkpoints and exports go under it
+    run_dir: str | None = (
+        None  # metrics, checkpoints, exports; null: runs/<env>/<method>_seed<seed>
+    )
     save_every: int = 10  # 0 = only at the end
     keep_checkpoints: int = 3
     export_hf: bool = False  # write a Hugging Face directory at the end
@@ -151,22 +165,6 @@ class MeshConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class MonitorConfig:
-    enabled: bool = True
-    window: int = 20
-    min_history: int = 5
-    grad_norm_spike_factor: float | None = 5.0
-    format_drop: float | None = 0.15
-    kl_bound: float | None = 0.05
-    log_ratio_bound: float | None = 0.2
-    entropy_collapse_fraction: float | None = 0.2
-    entropy_blowup_factor: float | None = 3.0
-    clipfrac_bound: float | None = None
-    rollback: bool = False
-    rollback_after: int = 3
-
-
-@dataclasses.dataclass(frozen=True)
 class Config:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
@@ -176,12 +174,7 @@ class Config:
     sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-    monitor: MonitorConfig = dataclasses.field(default_factory=MonitorConfig)
-
-    @property
-    def preset_env(self) -> str:
-        """The environment whose script settings the method preset follows."""
-        return self.algorithm.env or self.env.name
+    monitor: MonitorSettings = dataclasses.field(default_factory=MonitorSettings)
 
 
 def _fail(key: str, message: str) -> None:
@@ -195,24 +188,10 @@ def _at_least(section: object, prefix: str, minimum: float, *names: str) -> None
             _fail(f"{prefix}.{name}", f"must be >= {minimum:g}, got {value!r}")
 
 
-def _check_optimizer(section: OptimConfig | SFTConfig, prefix: str) -> None:
-    if not section.lr > 0:
-        _fail(f"{prefix}.lr", f"must be > 0, got {section.lr!r}")
-    _at_least(section, prefix, 0, "weight_decay")
-    if not all(0 <= b < 1 for b in section.betas):
-        _fail(f"{prefix}.betas", f"each must lie in [0, 1), got {list(section.betas)}")
-    if not 0 <= section.warmup_ratio < 1:
-        _fail(f"{prefix}.warmup_ratio", f"must lie in [0, 1), got {section.warmup_ratio!r}")
-    if section.grad_clip is not None and not section.grad_clip > 0:
-        _fail(f"{prefix}.grad_clip", f"must be > 0 or null, got {section.grad_clip!r}")
-    if isinstance(section, OptimConfig) and not section.eps > 0:
-        _fail(f"{prefix}.eps", f"must be > 0, got {section.eps!r}")
-
-
-def _check_sampling(section: SamplingConfig, prefix: str) -> None:
-    _at_least(section, prefix, 0, "temperature", "top_k")
-    if not 0 < section.top_p <= 1:
-        _fail(f"{prefix}.top_p", f"must lie in (0, 1], got {section.top_p!r}")
+def _check(problems: Iterator[tuple[str, str]], prefix: str) -> None:
+    """Fail on the first ``(field, message)`` a section's own validator reports."""
+    for field, message in problems:
+        _fail(f"{prefix}.{field}", message)
 
 
 def _check_model(model: ModelConfig) -> None:
@@ -233,30 +212,79 @@ def _check_model(model: ModelConfig) -> None:
         _fail("model.remat", f"unknown jax.checkpoint_policies name {model.remat!r}")
 
 
-def _check_algorithm(algorithm: AlgorithmConfig) -> None:
-    from arlarena_jax.objectives.presets import PRESETS
-
-    if algorithm.method not in PRESETS:
-        close = difflib.get_close_matches(algorithm.method.lower(), list(PRESETS), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(PRESETS)}"
-        _fail("algorithm.method", f"unknown method preset {algorithm.method!r} ({hint})")
-    _at_least(algorithm, "algorithm", 1, "max_num_gen_batches")
-    _at_least(algorithm, "algorithm", 0, "cold_start_steps")
+def explicit_knobs(algorithm: Any) -> dict[str, Any]:
+    """The ``algorithm`` fields set in the config (not null): the method's overrides."""
+    fields = (f.name for f in dataclasses.fields(algorithm) if f.name != "method")
+    return {
+        name: getattr(algorithm, name) for name in fields if getattr(algorithm, name) is not None
+    }
 
 
-def _check_monitor(monitor: MonitorConfig) -> None:
-    _at_least(monitor, "monitor", 1, "window", "min_history", "rollback_after")
-    for name in ("grad_norm_spike_factor", "entropy_blowup_factor"):
-        value = getattr(monitor, name)
-        if value is not None and not value > 1:
-            _fail(f"monitor.{name}", f"must be > 1 or null, got {value!r}")
-    for name in ("format_drop", "kl_bound", "log_ratio_bound", "clipfrac_bound"):
-        value = getattr(monitor, name)
-        if value is not None and not value > 0:
-            _fail(f"monitor.{name}", f"must be > 0 or null, got {value!r}")
-    fraction = monitor.entropy_collapse_fraction
-    if fraction is not None and not 0 < fraction < 1:
-        _fail("monitor.entropy_collapse_fraction", f"must lie in (0, 1) or null, got {fraction!r}")
+def environment_recipe(config: Config) -> dict[str, Any]:
+    """The environment's release-script values for the method (its ``EnvSpec.method_settings``),
+    e.g. WebShop's SAMPO cold start of 5 where the preset (ALFWorld's scripts) has 15."""
+    from envs import registry
+
+    recipes = registry.get(config.env.name).method_settings
+    return dict(recipes.get(preset_key(config.algorithm.method), {}))
+
+
+def method_settings(config: Config) -> MethodSettings:
+    """The run's resolved method settings: the preset's defaults < the environment's recipe for
+    the method < ``algorithm.*`` set in the config."""
+    overrides = {**environment_recipe(config), **explicit_knobs(config.algorithm)}
+    return settings(config.algorithm.method, **overrides)
+
+
+def _check_env_name(env: Any) -> None:
+    """``env.name`` is registered and ``env.prompt`` is one of its formats."""
+    if env.name not in registry.names():
+        _fail("env.name", registry.unknown_message(env.name))
+    registry.get(env.name).task_format(env)
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    try:
+        preset = PRESETS[preset_key(algorithm.method)]
+    except ValueError as exc:
+        _fail("algorithm.method", str(exc))
+    explicit = explicit_knobs(algorithm)
+    for name in explicit:
+        if name not in preset.knobs:
+            _fail(
+                f"algorithm.{name}",
+                f"method {preset_key(algorithm.method)!r} does not read it "
+                f"(its settings: {', '.join(preset.knobs)})",
+            )
+    _check(invalid_settings(MethodSettings(**{**preset.defaults, **explicit})), "algorithm")
+
+
+def _check_method(config: Config) -> None:
+    """The method's settings, the environment's recipe for it included, are in range."""
+    _check_algorithm(config.algorithm)
+    try:
+        method_settings(config)
+    except ValueError as exc:  # a recipe value the method does not read or out of range
+        _fail("algorithm.method", str(exc))
+
+
+def resolve(config: Config) -> Config:
+    """``config`` with every value pinned: the method's settings it reads filled in (the rest
+    stay null) and ``trainer.run_dir`` derived when null. What a run dumps and prints."""
+    resolved = method_settings(config)
+    knobs = PRESETS[preset_key(config.algorithm.method)].knobs
+    algorithm = dataclasses.replace(
+        config.algorithm, **{name: getattr(resolved, name) for name in knobs}
+    )
+    run_dir = config.trainer.run_dir or default_run_dir(config)
+    trainer = dataclasses.replace(config.trainer, run_dir=run_dir)
+    return dataclasses.replace(config, algorithm=algorithm, trainer=trainer)
+
+
+def default_run_dir(config: Config) -> str:
+    """``runs/<env>/<method>_seed<seed>``."""
+    method = preset_key(config.algorithm.method)
+    return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
 
 
 def validate(config: Config) -> Config:
@@ -267,19 +295,13 @@ def validate(config: Config) -> Config:
     _at_least(env, "env", 0, "history_length", "seed", "eval_seed", "num_workers")
     if not env.step_timeout_s > 0:
         _fail("env.step_timeout_s", f"must be > 0, got {env.step_timeout_s!r}")
-    _at_least(env.sokoban, "env.sokoban", 1, "num_boxes", "search_depth")
-    _at_least(env.sokoban, "env.sokoban", 3, "dim_room")
-    if env.prompt == "compact" and env.name != "sokoban":
-        _fail("env.prompt", f"'compact' exists only for sokoban, not {env.name!r}")
-    _at_least(sampler, "sampler", 1, "max_concurrent_decodes", "max_prefill_length")
-    _at_least(sampler, "sampler", 1, "max_new_tokens", "steps_per_call")
+    _check_env_name(env)
+    _check(invalid_engine(sampler), "sampler")
     if any(not s for s in sampler.stop_strings):
         _fail("sampler.stop_strings", "stop strings must be non-empty")
-    _check_sampling(sampler.train, "sampler.train")
-    _check_sampling(sampler.eval, "sampler.eval")
-    _check_algorithm(config.algorithm)
-    _check_optimizer(config.optim, "optim")
-    _check_optimizer(config.sft, "sft")
+    _check_method(config)
+    _check(invalid_optim(config.optim), "optim")
+    _check(invalid_optim(config.sft.optim), "sft.optim")
     _at_least(config.sft, "sft", 1, "num_episodes", "epochs", "steps", "batch_size")
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
@@ -298,5 +320,5 @@ def validate(config: Config) -> Config:
     ):
         if rows % shards:
             _fail(key, f"{rows} rows do not split over mesh data*fsdp = {shards}")
-    _check_monitor(config.monitor)
+    _check(invalid_monitor(config.monitor), "monitor")
     return config

@@ -29,6 +29,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from arlarena_jax.errors import InvalidField
 from arlarena_jax.train.config import Config, ConfigError, validate
 
 INCLUDE_KEY = "base"
@@ -111,12 +112,13 @@ def _unknown(key: str, known: Sequence[str]) -> ConfigError:
     return ConfigError(f"unknown config key {key!r} ({hint})")
 
 
-def _convert(value: Any, tp: Any, key: str) -> Any:
-    """``value`` checked against ``tp`` (tuples from lists, floats from ints, nested sections)."""
+def _convert(value: Any, tp: Any, key: str, default: Any = None) -> Any:
+    """``value`` checked against ``tp`` (tuples from lists, floats from ints, nested sections;
+    a section's missing keys keep ``default``'s values, the field's own default)."""
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise _error(key, f"expected a mapping of {tp.__name__} keys, got {_got(value)}")
-        return _build(tp, value, key)
+        return _build(tp, value, key, default)
     origin, args = get_origin(tp), get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -151,15 +153,21 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     raise _error(key, f"expected {_describe(tp)}, got {_got(value)}")
 
 
-def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+def _build(cls: type, data: Mapping[str, Any], prefix: str, base: Any = None) -> Any:
+    """A ``cls`` from ``data``; keys ``data`` leaves out keep ``base``'s values (the section's
+    default in its parent: ``sft.optim`` starts from the cloning recipe, not RL's optimizer)."""
     hints = _hints(cls)
+    base = cls() if base is None else base
     kwargs = {}
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else str(name)
         if name not in hints:
             raise _unknown(key, list(hints))
-        kwargs[name] = _convert(value, hints[name], key)
-    return cls(**kwargs)
+        kwargs[name] = _convert(value, hints[name], key, getattr(base, name))
+    try:
+        return dataclasses.replace(base, **kwargs)
+    except InvalidField as exc:  # a settings type that checks itself when built
+        raise _error(f"{prefix}.{exc.field}" if prefix else exc.field, exc.message) from None
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:

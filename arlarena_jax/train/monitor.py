@@ -1,8 +1,9 @@
-"""The paper's collapse signatures as a host-side stability monitor (spec algorithms §10).
+"""The paper's collapse signatures as a host-side stability monitor
+(docs/architecture.md, "One RL step").
 
 ARLArena reports that tolerant clipping (SAPO, CISPO) gains fast and then collapses: CISPO on
 ALFWorld around step 130, with the gradient norm exploding and the valid-format ratio dropping.
-The spec lists the detectors implemented here, each on the step's reduced metrics (§10 keys):
+The reference spec lists the detectors implemented here, each on the step's reduced metrics:
 
 - ``nonfinite``: a loss or gradient norm that is NaN/inf, or ``actor/skipped_steps`` > 0;
 - ``grad_norm_spike``: g_t > factor · median(g_{t−W} … g_{t−1}) (after ``min_history`` steps);
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,8 +43,10 @@ KINDS = (
 
 @dataclasses.dataclass(frozen=True)
 class MonitorSettings:
-    """Thresholds of the collapse detectors (``None`` switches a bound off)."""
+    """Thresholds of the collapse detectors (``None`` switches a bound off); the config's
+    ``monitor`` section. :func:`invalid_monitor` is its one validator."""
 
+    enabled: bool = True  # false: no detector runs (no events, no rollbacks)
     window: int = 20  # W: steps in the running median of the gradient norm
     min_history: int = 5  # grad-norm values needed before spikes are judged
     grad_norm_spike_factor: float | None = 5.0
@@ -71,23 +74,23 @@ class MonitorSettings:
     )
     skipped_key: str = "actor/skipped_steps"
 
-    def __post_init__(self) -> None:
-        if self.window < 1 or self.min_history < 1 or self.rollback_after < 1:
-            raise ValueError(
-                f"monitor window={self.window}, min_history={self.min_history} and "
-                f"rollback_after={self.rollback_after} must be >= 1"
-            )
-        for name in ("grad_norm_spike_factor", "entropy_blowup_factor"):
-            value = getattr(self, name)
-            if value is not None and value <= 1:
-                raise ValueError(f"monitor {name}={value} must be > 1")
-        for name in ("format_drop", "kl_bound", "log_ratio_bound", "clipfrac_bound"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"monitor {name}={value} must be > 0")
-        fraction = self.entropy_collapse_fraction
-        if fraction is not None and not 0 < fraction < 1:
-            raise ValueError(f"monitor entropy_collapse_fraction={fraction} must be in (0, 1)")
+
+def invalid_monitor(s: MonitorSettings) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for every setting out of range (NaN fails every rule)."""
+    for name in ("window", "min_history", "rollback_after"):
+        if not getattr(s, name) >= 1:
+            yield name, f"must be >= 1, got {getattr(s, name)!r}"
+    for name in ("grad_norm_spike_factor", "entropy_blowup_factor"):
+        value = getattr(s, name)
+        if value is not None and not value > 1:
+            yield name, f"must be > 1 or null, got {value!r}"
+    for name in ("format_drop", "kl_bound", "log_ratio_bound", "clipfrac_bound"):
+        value = getattr(s, name)
+        if value is not None and not value > 0:
+            yield name, f"must be > 0 or null, got {value!r}"
+    fraction = s.entropy_collapse_fraction
+    if fraction is not None and not 0 < fraction < 1:
+        yield "entropy_collapse_fraction", f"must lie in (0, 1) or null, got {fraction!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,9 @@ class StabilityEvent:
 
     def __str__(self) -> str:
         return self.message
+
+
+Fire = Callable[[str, float, float, str], None]  # (kind, value, threshold, detail)
 
 
 def _scalar(value: Any) -> float | None:
@@ -120,6 +126,8 @@ class StabilityMonitor:
 
     def __init__(self, settings: MonitorSettings | None = None) -> None:
         self.settings = settings or MonitorSettings()
+        for field, message in invalid_monitor(self.settings):
+            raise ValueError(f"monitor {field} {message}")
         self.counts = dict.fromkeys(KINDS, 0)
         self.healthy = True
         self.consecutive_bad = 0
@@ -141,7 +149,6 @@ class StabilityMonitor:
 
     def observe(self, step: int, metrics: Mapping[str, Any]) -> list[StabilityEvent]:
         """Judge one step's (reduced) metrics; returns the events that fired, one per kind."""
-        s = self.settings
         m = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
         events: list[StabilityEvent] = []
 
@@ -149,6 +156,24 @@ class StabilityMonitor:
             msg = f"step {step}: {kind}: {detail}"
             events.append(StabilityEvent(step, kind, msg, value, threshold))
 
+        if self.settings.enabled:
+            for detector in (
+                self._nonfinite,
+                self._grad_norm_spike,
+                self._format_drop,
+                self._drift,
+                self._entropy,
+            ):
+                detector(step, m, fire)
+        for event in events:
+            self.counts[event.kind] += 1
+        self.healthy = not events
+        self.consecutive_bad = 0 if self.healthy else self.consecutive_bad + 1
+        self.clean_since_mark = self.clean_since_mark and self.healthy
+        return events
+
+    def _nonfinite(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        s = self.settings
         bad = [k for k in s.finite_keys if k in m and not math.isfinite(m[k])]
         if bad:
             fire("nonfinite", m[bad[0]], math.inf, f"{', '.join(bad)} not finite")
@@ -156,35 +181,42 @@ class StabilityMonitor:
             n = m[s.skipped_key]
             fire("nonfinite", n, 0.0, f"{s.skipped_key} = {_g(n)}: non-finite updates skipped")
 
+    def _grad_norm_spike(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        """g_t > factor · median of the last W norms (after ``min_history`` of them)."""
+        s = self.settings
         g = m.get(s.grad_norm_key)
-        if g is not None and math.isfinite(g):
-            history = [v for _, v in self._grad_norms]
-            if s.grad_norm_spike_factor is not None and len(history) >= s.min_history:
-                median = float(np.median(history))
-                limit = s.grad_norm_spike_factor * median
-                if g > limit:
-                    fire(
-                        "grad_norm_spike",
-                        g,
-                        limit,
-                        f"{s.grad_norm_key} {_g(g)} > {_g(s.grad_norm_spike_factor)} × running "
-                        f"median {_g(median)} = {_g(limit)}",
-                    )
-            self._grad_norms.append((step, g))
+        if g is None or not math.isfinite(g):
+            return
+        history = [v for _, v in self._grad_norms]
+        if s.grad_norm_spike_factor is not None and len(history) >= s.min_history:
+            median = float(np.median(history))
+            limit = s.grad_norm_spike_factor * median
+            if g > limit:
+                fire(
+                    "grad_norm_spike",
+                    g,
+                    limit,
+                    f"{s.grad_norm_key} {_g(g)} > {_g(s.grad_norm_spike_factor)} × running "
+                    f"median {_g(median)} = {_g(limit)}",
+                )
+        self._grad_norms.append((step, g))
 
+    def _format_drop(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        """f_t < max_{s<t} f_s − drop."""
+        s = self.settings
         f = m.get(s.format_key)
-        if f is not None and math.isfinite(f):
-            if s.format_drop is not None and self._formats:
-                best = max(v for _, v in self._formats)
-                if f < best - s.format_drop:
-                    fire(
-                        "format_drop",
-                        f,
-                        best - s.format_drop,
-                        f"{s.format_key} {_g(f)} < best {_g(best)} − {_g(s.format_drop)}",
-                    )
-            self._formats.append((step, f))
+        if f is None or not math.isfinite(f):
+            return
+        if s.format_drop is not None and self._formats:
+            best = max(v for _, v in self._formats)
+            if f < best - s.format_drop:
+                detail = f"{s.format_key} {_g(f)} < best {_g(best)} − {_g(s.format_drop)}"
+                fire("format_drop", f, best - s.format_drop, detail)
+        self._formats.append((step, f))
 
+    def _drift(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        """|KL|, |mean log-ratio| or the clip fraction above its bound."""
+        s = self.settings
         for kind, keys, bound in (
             ("kl_drift", s.kl_keys, s.kl_bound),
             ("log_ratio_drift", (s.log_ratio_key,), s.log_ratio_bound),
@@ -195,29 +227,23 @@ class StabilityMonitor:
                 v = m[over[0]]
                 fire(kind, v, bound, f"|{over[0]}| = {_g(abs(v))} > {_g(bound)}")
 
-        for key in s.entropy_keys:
-            h = m.get(key)
-            if h is None or not math.isfinite(h):
-                continue
-            if key not in self._entropy_start and h > 0:
-                self._entropy_start[key] = h
-            h0 = self._entropy_start.get(key)
-            if h0 is None:
-                continue
-            low = None if s.entropy_collapse_fraction is None else s.entropy_collapse_fraction * h0
-            high = None if s.entropy_blowup_factor is None else s.entropy_blowup_factor * h0
-            if low is not None and h < low:
-                fire("entropy_collapse", h, low, f"{key} {_g(h)} < {_g(low)} (initial {_g(h0)})")
-            elif high is not None and h > high:
-                fire("entropy_blowup", h, high, f"{key} {_g(h)} > {_g(high)} (initial {_g(h0)})")
-            break  # the first entropy key present is the one judged
-
-        for event in events:
-            self.counts[event.kind] += 1
-        self.healthy = not events
-        self.consecutive_bad = 0 if self.healthy else self.consecutive_bad + 1
-        self.clean_since_mark = self.clean_since_mark and self.healthy
-        return events
+    def _entropy(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        """H_t < fraction · H_0 or H_t > factor · H_0 on the first entropy key present."""
+        s = self.settings
+        for key in (k for k in s.entropy_keys if k in m and math.isfinite(m[k])):
+            if key not in self._entropy_start and m[key] > 0:
+                self._entropy_start[key] = m[key]
+            if key in self._entropy_start:
+                break  # the first entropy key with a start value is the one judged
+        else:
+            return
+        h, h0 = m[key], self._entropy_start[key]
+        low = None if s.entropy_collapse_fraction is None else s.entropy_collapse_fraction * h0
+        high = None if s.entropy_blowup_factor is None else s.entropy_blowup_factor * h0
+        if low is not None and h < low:
+            fire("entropy_collapse", h, low, f"{key} {_g(h)} < {_g(low)} (initial {_g(h0)})")
+        elif high is not None and h > high:
+            fire("entropy_blowup", h, high, f"{key} {_g(h)} > {_g(high)} (initial {_g(h0)})")
 
     def mark_checkpoint(self, step: int) -> bool:
         """Call when a checkpoint of ``step`` is saved: it is good if no event fired since the

@@ -1,4 +1,5 @@
-"""Host-side packing of turn rows into static-shaped arrays for the update (spec algorithms §1).
+"""Host-side packing of turn rows into static-shaped arrays for the update
+(docs/algorithms.md §1.2).
 
 verl's layout: each row is its prompt left-padded to ``P`` tokens followed by its response
 right-padded to ``T`` tokens, so every response starts at column ``P`` and the response mask is a
@@ -98,8 +99,9 @@ def rollout_batch(
 
     N = the row count rounded up to a multiple of ``mini_batch_size`` (padding rows are zero). The
     sampler's behaviour log-probs fill both ``old_log_probs`` (until the trainer recomputes them)
-    and ``rollout_log_probs`` (truncated importance sampling, spec algorithms §3.3). A row with an
-    empty response (the policy emitted nothing) keeps its place with an all-zero response mask.
+    and ``rollout_log_probs`` (truncated importance sampling, docs/algorithms.md §4.9). A row
+    with an empty response (the policy emitted nothing) keeps its place with an all-zero response
+    mask.
     """
     rows = rollout.rows
     n = padded_row_count(len(rows), mini_batch_size)
