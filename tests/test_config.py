@@ -210,7 +210,8 @@ def test_compact_prompt_is_sokoban_only(tiny):
 def test_yaml_files_are_checked_strictly(tmp_path):
     ok = _write(tmp_path / "ok.yaml", "optim:\n  lr: 1e-6\n  betas: [0.9, 0.95]\n")
     assert load_config(ok).optim.lr == 1e-6 and load_config(ok).optim.betas == (0.9, 0.95)
-    assert load_config(_write(tmp_path / "empty.yaml", "")) == Config()
+    _raises(load_config, _write(tmp_path / "empty.yaml", "# nothing\n"), match="empty (no sections")
+    assert load_config(_write(tmp_path / "braces.yaml", "{}\n")) == Config()  # explicit defaults
     bad = _write(tmp_path / "typo.yaml", "trainer:\n  totl_steps: 3\n")
     _raises(load_config, bad, match="(did you mean 'trainer.total_steps'?)")
     quoted = _write(tmp_path / "quoted.yaml", "optim:\n  lr: '1e-6'\n")
@@ -323,3 +324,20 @@ def test_method_settings_resolve_from_the_preset_and_overrides(tiny):
 def test_an_explicit_run_dir_is_kept(tiny):
     config = resolve(apply_overrides(tiny, ["trainer.run_dir=somewhere"]))
     assert config.trainer.run_dir == "somewhere"
+
+
+def test_a_repeated_key_or_section_is_an_error_naming_both_lines(tmp_path):
+    """A second ``trainer:`` block would otherwise replace the first (total_steps lost)."""
+    text = "trainer:\n  total_steps: 3\noptim:\n  lr: 1.0e-5\ntrainer:\n  seed: 1\n"
+    message = _raises(load_config, _write(tmp_path / "twice.yaml", text), match="invalid YAML")
+    assert "at line 5: duplicate key 'trainer' (first at line 1)" in message
+    nested = _write(tmp_path / "nested.yaml", "optim:\n  lr: 1.0\n  lr: 2.0\n")
+    _raises(load_config, nested, match="at line 3: duplicate key 'lr' (first at line 2)")
+    tiny = load_config(TINY)
+    _raises(apply_overrides, tiny, ["sampler.train={top_k: 1, top_k: 2}"], match="duplicate key")
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("trainer:\n  run_dir: caf\u00e9\n".encode("latin-1"))
+    _raises(load_config, path, match="not UTF-8 text (byte 0xe9 at offset 23)")

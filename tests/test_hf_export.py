@@ -151,3 +151,29 @@ def test_greedy_generation_config_has_no_sampling_keys(tmp_path):
 def test_generation_config_needs_an_eos_id(tmp_path):
     with pytest.raises(ValueError, match="at least one eos token id"):
         save_generation_config(tmp_path, eos_token_ids=(), pad_token_id=None)
+
+
+def test_export_is_atomic(export, tokenizer, tmp_path, monkeypatch):
+    """A second export replaces the first as a whole; one that fails midway leaves the complete
+    previous export in place and its partial folder aside (never a half-written ``hf``)."""
+    from arlarena_jax.train import export as export_module
+
+    _, model, _, _ = export
+    config = load_config("configs/sokoban/sampo_tiny.yaml")
+    target = tmp_path / "hf"
+    export_hf(target, model, tokenizer, config)
+    first = {p.name: p.stat().st_size for p in target.iterdir()}
+    assert "model.safetensors" in first and "generation_config.json" in first
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export_module, "save_generation_config", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export_hf(target, model, tokenizer, config)
+    assert {p.name: p.stat().st_size for p in target.iterdir()} == first
+    assert (tmp_path / ".hf.partial" / "model.safetensors").exists()
+    monkeypatch.undo()
+    export_hf(target, model, tokenizer, config)  # the leftover partial folder is replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+    assert {p.name: p.stat().st_size for p in target.iterdir()} == first

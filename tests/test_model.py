@@ -110,6 +110,37 @@ def test_bad_checkpoints_fail_with_one_line(tmp_path):
         load_pretrained(tmp_path)
 
 
+def test_unexpected_truncated_and_unreadable_checkpoints_name_what_is_wrong(tmp_path):
+    """An extra tensor (attention biases for a model without them) is refused unless ignored by
+    pattern; a truncated file names the file and the tensor; broken JSON names the line."""
+    ours = QwenForCausalLM(preset("tiny", vocab_size=97), rngs=nnx.Rngs(0))
+    save_pretrained(ours, tmp_path)
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(tmp_path / "model.safetensors")
+    bias = "model.layers.0.self_attn.q_proj.bias"
+    save_file(tensors | {bias: np.zeros(4, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"1 tensor\(s\) the model does not use: '{bias}'"):
+        load_pretrained(tmp_path)
+    loaded = load_pretrained(tmp_path, ignore_unexpected=["*.q_proj.bias"])
+    np.testing.assert_array_equal(
+        np.asarray(loaded.model.norm.weight.get_value()), tensors["model.norm.weight"]
+    )
+    save_file(tensors | {"model.rotary_emb.inv_freq": np.ones(4, np.float32)}, tmp_path / "x")
+    (tmp_path / "x").rename(tmp_path / "model.safetensors")
+    load_pretrained(tmp_path)  # a buffer transformers skips too
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[: len(data) - 100])
+    with pytest.raises(ValueError, match=r"tensor '[^']+' in .*model\.safetensors is truncated"):
+        load_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(data[:5])
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a safetensors file"):
+        load_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text('{\n  "model_type": "qwen3",\n  oops\n}')
+    with pytest.raises(ValueError, match=r"config\.json: invalid JSON at line 3, column 3"):
+        load_pretrained(tmp_path)
+
+
 def test_presets_sizes():
     def count(name):
         model = nnx.eval_shape(lambda: QwenForCausalLM(preset(name), rngs=nnx.Rngs(0)))

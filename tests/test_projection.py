@@ -5,13 +5,16 @@ Expected values are written out by hand from the rules of docs/environments.md Â
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import Observation
-from envs.projection import FIRST_ACTION, Projection, project_text
+from envs.projection import Projection, first_action, project_text, strict_format
 from envs.sokoban.prompts import SOKOBAN_FORMAT, project_sokoban
 from envs.webshop.prompts import WEBSHOP_FORMAT
 
@@ -142,7 +145,7 @@ TAGGY = st.lists(
 def test_projection_never_raises(text, admissible):
     for got in (project_text(text, admissible), project_text(text, None)):
         assert isinstance(got.action, str)
-        if FIRST_ACTION.search(text) is None:  # no action chunk: the raw tail, flags 0
+        if first_action(text) is None:  # no action chunk: the raw tail, flags 0
             assert got == Projection(text[-30:], False, False)
         assert got.action_valid <= got.format_valid  # valid implies well formatted
     sok = project_sokoban(text)
@@ -150,3 +153,71 @@ def test_projection_never_raises(text, admissible):
     fmt = ALFWORLD_FORMAT
     fmt.memory_action(fmt.project(text, Observation(text, tuple(admissible))), text)
     SOKOBAN_FORMAT.memory_action(sok, text)
+
+
+# ---- linear time, and the same answers as the regular expressions it replaced -------------------
+
+# The original one-regex definitions (quadratic on adversarial replies), kept as the reference.
+REFERENCE_STRICT = re.compile(r"^\s*<think>(.*?)</think>\s*<action>(.*?)</action>\s*$", re.I | re.S)
+REFERENCE_FIRST_ACTION = re.compile(r"<\s*action\s*>(.*?)</\s*action\s*>", re.I | re.S)
+REFERENCE_TAGS = tuple(
+    re.compile(p, re.I)
+    for p in (r"<\s*think\s*>", r"</\s*think\s*>", r"<\s*action\s*>", r"</\s*action\s*>")
+)
+
+
+def reference_strict(text: str) -> str | None:
+    match = REFERENCE_STRICT.match(text)
+    if match is None or re.search("[\u4e00-\u9fff]", text):
+        return None
+    if any(len(tag.findall(text)) != 1 for tag in REFERENCE_TAGS):
+        return None
+    return match.group(2)
+
+
+STRICT_PARTS = st.lists(
+    st.sampled_from(
+        [
+            *("<think>", "</think>", "<action>", "</action>", "<THINK>", "</ action>"),
+            *("<thin\u212a>", "<th\u0131nk>", "</act\u0130on>"),  # re.I's Unicode case folding
+            *(" ", "\n", "\u00a0", "go west", "æ—¥", "a", "<", ">"),
+        ]
+    ),
+    max_size=10,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text() | TAGGY | STRICT_PARTS)
+def test_strict_format_and_first_action_equal_the_reference_regexes(text):
+    assert strict_format(text) == reference_strict(text)
+    match = REFERENCE_FIRST_ACTION.search(text)
+    assert first_action(text) == (None if match is None else match.group(1))
+
+
+def _seconds(fn, text: str) -> float:
+    best = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        fn(text)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "<think></think>" * 3 + "<action>",  # many tags, no closing action tag
+        "</think> <action>",
+        "< action " + " " * 20,  # tag-like openings padded with spaces
+        "<think>go</think>\n<action>x",
+    ],
+)
+def test_projection_is_linear_in_the_reply_length(unit):
+    """Projecting a 200k-character adversarial reply costs about 10x a 20k one (linear), not
+    100x (quadratic, as the lazy regular expressions did): the ratio is asserted, not a time."""
+    short = unit * (20_000 // len(unit))
+    long = unit * (200_000 // len(unit))
+    project_text(short)  # warm up
+    ratio = _seconds(project_text, long) / _seconds(project_text, short)
+    assert ratio < 30, ratio

@@ -93,9 +93,15 @@ class QwenConfig:
         if path.is_dir():
             path = path / "config.json"
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise FileNotFoundError(f"no config.json at {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text") from None
         return cls.from_hf_dict(raw)
 
     def to_hf_dict(self) -> dict[str, Any]:

@@ -7,9 +7,12 @@ has one of the wrong shape, or is of another architecture fails with one line na
 
 from __future__ import annotations
 
+import fnmatch
 import json
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,14 +66,42 @@ def _variable(model: QwenForCausalLM, path: tuple[str | int, ...]) -> nnx.Variab
     return node
 
 
+def unexpected_tensors(
+    model: QwenForCausalLM, names: Iterable[str], ignore: Sequence[str] = ()
+) -> list[str]:
+    """The tensor names the model has no parameter for, except those matching an ``ignore``
+    shell pattern (``fnmatch``) or one ``transformers`` skips too: rotary-embedding buffers of
+    older checkpoints and the output matrix of a model with tied embeddings. Sorted."""
+    known = {name for name, _, _ in tensor_layout(model.config)}
+    ignore = (*ignore, "*.rotary_emb.inv_freq")
+    if model.config.tie_word_embeddings:
+        ignore = (*ignore, "lm_head.weight")
+    return sorted(
+        n for n in names if n not in known and not any(fnmatch.fnmatch(n, p) for p in ignore)
+    )
+
+
 def load_state_dict(
-    model: QwenForCausalLM, tensors: Mapping[str, np.ndarray], mesh: Mesh | None = None
+    model: QwenForCausalLM,
+    tensors: Mapping[str, np.ndarray],
+    mesh: Mesh | None = None,
+    *,
+    ignore_unexpected: Sequence[str] = (),
 ) -> None:
     """Copy Hugging Face tensors into ``model`` in place, checking every name and shape.
 
-    With a ``mesh``, each tensor goes straight to its sharding from the partition rules, so no
-    device ever holds a whole parameter it should only hold a shard of.
+    A tensor the model has no parameter for (attention biases for a model without them, a
+    different architecture) is an error unless it matches an ``ignore_unexpected`` pattern, so a
+    checkpoint never loads partly. With a ``mesh``, each tensor goes straight to its sharding from
+    the partition rules, so no device ever holds a whole parameter it should only hold a shard of.
     """
+    extra = unexpected_tensors(model, tensors, ignore_unexpected)
+    if extra:
+        shown = ", ".join(repr(n) for n in extra[:3]) + (" ..." if len(extra) > 3 else "")
+        raise ValueError(
+            f"checkpoint has {len(extra)} tensor(s) the model does not use: {shown} "
+            "(pass ignore_unexpected=[pattern] to load it anyway)"
+        )
     for name, path, transposed in tensor_layout(model.config):
         if name not in tensors:
             raise ValueError(f"checkpoint is missing tensor {name!r}")
@@ -128,17 +159,35 @@ def load_safetensors_file(path: Path) -> dict[str, np.ndarray]:
     data_offsets: [begin, end]}}`` (offsets from the end of the header), then the data.
     """
     data = np.memmap(path, dtype=np.uint8, mode="r")
-    n = int(data[:8].view("<u8")[0])
-    header = json.loads(bytes(data[8 : 8 + n]))
-    header.pop("__metadata__", None)
+    header, start = _safetensors_header(path, data)
     tensors = {}
     for name, info in header.items():
         if info["dtype"] not in SAFETENSORS_DTYPES:
             raise ValueError(f"tensor {name!r} in {path} has unsupported dtype {info['dtype']}")
+        dtype = np.dtype(SAFETENSORS_DTYPES[info["dtype"]])
         begin, end = info["data_offsets"]
-        raw = data[8 + n + begin : 8 + n + end]
-        tensors[name] = raw.view(SAFETENSORS_DTYPES[info["dtype"]]).reshape(info["shape"])
+        size = math.prod(info["shape"]) * dtype.itemsize
+        if end - begin != size or start + end > data.size:
+            raise ValueError(
+                f"tensor {name!r} in {path} is truncated or corrupt: it needs bytes "
+                f"{start + begin}..{start + begin + size} of a {data.size}-byte file"
+            )
+        tensors[name] = data[start + begin : start + end].view(dtype).reshape(info["shape"])
     return tensors
+
+
+def _safetensors_header(path: Path, data: np.ndarray) -> tuple[dict[str, Any], int]:
+    """The JSON header (without ``__metadata__``) and where the data begin; a file too short or
+    with an unreadable header is one ValueError naming it."""
+    n = int(data[:8].view("<u8")[0]) if data.size >= 8 else -1
+    if n < 0 or 8 + n > data.size:
+        raise ValueError(f"{path} is not a safetensors file (truncated header)")
+    try:
+        header = json.loads(bytes(data[8 : 8 + n]))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{path} has an unreadable safetensors header") from None
+    header.pop("__metadata__", None)
+    return header, 8 + n
 
 
 def read_safetensors(directory: Path) -> dict[str, np.ndarray]:
@@ -163,11 +212,14 @@ def load_pretrained(
     param_dtype=jnp.float32,
     mesh: Mesh | None = None,
     remat: str | None = None,
+    ignore_unexpected: Sequence[str] = (),
 ) -> QwenForCausalLM:
     """Build the model described by ``directory/config.json`` and load its safetensors.
 
     The model is built abstractly (``nnx.eval_shape``: no random weights are ever allocated),
     then every tensor is placed, on ``mesh`` with its partition-rule sharding if one is given.
+    Tensors the model does not use are an error unless they match an ``ignore_unexpected``
+    pattern (:func:`load_state_dict`).
     """
     directory = Path(directory)
     config = QwenConfig.from_json(directory)
@@ -177,7 +229,7 @@ def load_pretrained(
             config, rngs=nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype, remat=remat
         )
     )
-    load_state_dict(model, tensors, mesh)
+    load_state_dict(model, tensors, mesh, ignore_unexpected=ignore_unexpected)
     return model
 
 

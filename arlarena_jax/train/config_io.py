@@ -51,6 +51,28 @@ _FLOAT = re.compile(
     |\.(?:nan|NaN|NAN))$""",
     re.X,
 )
+
+
+def _unique_keys(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    """A mapping whose keys are unique: a repeated key (a second ``trainer:`` section would
+    silently replace the first) is an error naming both lines."""
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        if isinstance(key, typing.Hashable) and key in first:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"duplicate key {key!r} (first at line {first[key]})",
+                key_node.start_mark,
+            )
+        if isinstance(key, typing.Hashable):
+            first[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
 for _cls in (_Loader, _Dumper):
     _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 _Dumper.add_representer(  # lists in flow style ([0.9, 0.999]), mappings in block style
@@ -279,9 +301,14 @@ def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     if path in chain:
         raise ConfigError(f"config file {str(path)!r}: include cycle via {INCLUDE_KEY!r}")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config file {str(path)!r}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(path)!r}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start})"
+        ) from None
     try:
         data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
     except yaml.YAMLError as exc:
@@ -290,7 +317,7 @@ def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise ConfigError(f"config file {str(path)!r}: invalid YAML{where}: {problem}") from None
     if data is None:
-        data = {}
+        raise ConfigError(f"config file {str(path)!r}: empty (no sections, only comments)")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a mapping, got {_got(data)}")
     bases = data.pop(INCLUDE_KEY, [])

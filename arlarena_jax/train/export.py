@@ -10,10 +10,15 @@ Stop strings (``sampler.stop_strings``, e.g. ``</action>``) are not written: ``t
 refuses a generation config with stop strings unless every ``generate`` call passes the
 tokenizer. Pass them per call for the sampler's cut, ``model.generate(ids,
 stop_strings=["</action>"], tokenizer=tokenizer)``.
+
+The export is written beside the target and renamed into place, so a reader never sees half of
+one.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,21 @@ from arlarena_jax.train.config import Config
 def export_hf(
     directory: str | Path, model: QwenForCausalLM, tokenizer: Any, config: Config
 ) -> Path:
-    """Write the model, the tokenizer and the generation config of ``config``'s run."""
+    """Write the model, the tokenizer and the generation config of ``config``'s run.
+
+    Atomic: everything is written to ``.<name>.partial`` beside ``directory``, which then takes
+    its place by renames, so ``directory`` always holds a complete export (the previous one until
+    the new one is in place) and an interrupted export leaves only the partial folder."""
     directory = Path(directory)
+    staging = directory.with_name(f".{directory.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    _write_export(staging, model, tokenizer, config)
+    replace_directory(staging, directory)
+    return directory
+
+
+def _write_export(directory: Path, model: QwenForCausalLM, tokenizer: Any, config: Config) -> None:
     save_pretrained(model, directory)
     tokenizer.save_pretrained(directory)
     sampling = config.sampler.eval
@@ -40,4 +58,15 @@ def export_hf(
         top_k=sampling.top_k,
         max_new_tokens=config.sampler.max_new_tokens,
     )
-    return directory
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the complete folder ``new`` at ``target``: the old ``target`` is renamed aside first
+    (``.<name>.old``) and removed only once ``new`` is in place."""
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
