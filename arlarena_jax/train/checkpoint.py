@@ -16,7 +16,20 @@ A checkpoint at step ``s`` is the directory ``<dir>/<s>/`` with three orbax item
 Orbax writes a step into ``<s>.orbax-checkpoint-tmp-*`` and renames it when every item is on disk,
 so a crashed save leaves only a temporary directory, which :meth:`Checkpointer.latest_step`
 ignores and a new :class:`Checkpointer` deletes (in the background, done before its first save).
-Old steps are deleted only after the new one is committed. Saves are asynchronous:
+
+Crash safety. A step is valid (:func:`verify_step`) when its commit marker
+(``commit_success.txt``), orbax's ``_CHECKPOINT_METADATA`` with a commit time and its three items
+are present and readable: ``host`` and ``meta`` JSON, ``state/_METADATA``, the OCDBT manifests
+(magic, length and CRC-32C) and the header of every OCDBT node file. The check reads only metadata
+and headers; raw array data (zstd) is checked by restoring it, and
+:meth:`Checkpointer.restore_latest_valid` falls back to the previous step when that fails. When a
+:class:`Checkpointer` starts and before each save, an invalid step folder is either the remains of
+an interrupted deletion (``keep`` newer valid steps exist), which is finished off, or else moved
+aside to ``<dir>/quarantine/<step>-<reason>`` (never deleted) and reported in one line. A step is
+pruned only once ``keep`` newer valid steps exist, by an atomic rename into ``<dir>/.deleting/``
+followed by the removal of that folder, so a kill mid-prune leaves either the whole step or an
+entry of ``.deleting`` that the next start or save removes. Old steps are deleted only after the
+new one is committed. Saves are asynchronous:
 :meth:`Checkpointer.save` returns once the arrays are copied to host memory (the train state may
 then be donated), :meth:`Checkpointer.wait` blocks until the files are written. On several hosts
 every process calls ``save`` and ``restore``.
@@ -27,11 +40,18 @@ The final policy in Hugging Face format is not an orbax checkpoint: the trainer 
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import signal
+import struct
+import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -40,8 +60,16 @@ from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from orbax.checkpoint.checkpoint_managers import preservation_policy as keep_policy
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as save_policy
+from tensorboardX.crc32c import crc32c
 
 PyTree = Any
+log = logging.getLogger(__name__)
+
+ITEMS = ("state", "host", "meta")
+QUARANTINE = "quarantine"  # invalid step folders, moved aside for a person to inspect
+DELETING = ".deleting"  # pruned steps, renamed here and then removed
+_COMMIT_MARKER = "commit_success.txt"
+_MANIFEST_MAGIC, _NODE_MAGIC = 0x0CDB3A2A, 0x0CDB20DE  # OCDBT manifest / B-tree and version nodes
 
 
 class CheckpointError(RuntimeError):
@@ -119,15 +147,185 @@ def _jsonable(value: Any, where: str = "host_state") -> Any:
     raise CheckpointError(f"{where} of type {type(value).__name__} is not JSON-serialisable")
 
 
+class _Invalid(Exception):
+    """Why a step folder is not a valid checkpoint (a few words)."""
+
+
+class Fallback(NamedTuple):
+    """A step that failed to restore, why, and where its folder was moved."""
+
+    step: int
+    reason: str
+    moved_to: str
+
+
+class Restored(NamedTuple):
+    """What :meth:`Checkpointer.restore_latest_valid` restored, and the newer steps it skipped."""
+
+    step: int
+    train_state: PyTree
+    host_state: dict
+    skipped: tuple[Fallback, ...] = ()
+
+
+def _json(path: epath.Path, what: str) -> dict:
+    """The JSON object in ``path``, or :class:`_Invalid` naming ``what``."""
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _Invalid(f"no {what}") from None
+    except ValueError:  # bad JSON or bad UTF-8
+        raise _Invalid(f"unreadable {what}") from None
+    if not isinstance(value, dict):
+        raise _Invalid(f"unreadable {what}")
+    return value
+
+
+def _check_manifest(path: epath.Path, what: str) -> None:
+    """An OCDBT manifest: magic number, total length and the trailing CRC-32C of the rest."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise _Invalid(f"no {what}") from None
+    ok = len(data) >= 16 and struct.unpack(">I", data[:4])[0] == _MANIFEST_MAGIC
+    ok = ok and struct.unpack("<Q", data[4:12])[0] == len(data)
+    if not (ok and struct.unpack("<I", data[-4:])[0] == crc32c(data[:-4])):
+        raise _Invalid(f"truncated or corrupt {what}")
+
+
+def _check_data_file(path: epath.Path, what: str) -> None:
+    """An OCDBT data file: not empty, and its leading nodes (B-tree and version-tree nodes, each
+    framed by magic number and length) fit in it. A data file may hold several nodes and raw
+    array values back to back; raw values (zstd frames) carry no length, so the walk stops at
+    the first one and their data is checked only by restoring it."""
+    size, offset = path.stat().length, 0
+    if not size:
+        raise _Invalid(f"empty {what}")
+    with path.open("rb") as f:
+        while offset + 12 <= size:
+            f.seek(offset)
+            head = f.read(12)
+            if len(head) < 12 or struct.unpack(">I", head[:4])[0] != _NODE_MAGIC:
+                return
+            length = struct.unpack("<Q", head[4:12])[0]
+            if length < 16:
+                raise _Invalid(f"corrupt {what}")
+            offset += length
+    if offset > size:
+        raise _Invalid(f"truncated {what}")
+
+
+def _check_state(state: epath.Path) -> None:
+    """The ``state`` item: ``_METADATA``, the OCDBT manifests and data file headers."""
+    if not state.is_dir():
+        raise _Invalid("no state item")
+    tree = _json(state / "_METADATA", "state/_METADATA")
+    if not isinstance(tree.get("tree_metadata"), dict):
+        raise _Invalid("unreadable state/_METADATA")
+    if not tree.get("use_ocdbt", True):
+        return
+    _check_manifest(state / "manifest.ocdbt", "state/manifest.ocdbt")
+    for manifest in sorted(state.glob("ocdbt.process_*/manifest.ocdbt")):
+        _check_manifest(manifest, f"state/{manifest.parent.name}/manifest.ocdbt")
+    for data in sorted([*state.glob("d/*"), *state.glob("ocdbt.process_*/d/*")]):
+        _check_data_file(data, f"data file {data.parent.parent.name}/d/{data.name}")
+
+
+def _check_step(path: epath.Path) -> None:
+    if not path.is_dir():
+        raise _Invalid("not a directory")
+    if not (path / _COMMIT_MARKER).exists():
+        raise _Invalid("no commit marker")
+    if not _json(path / "_CHECKPOINT_METADATA", "checkpoint metadata").get(
+        "commit_timestamp_nsecs"
+    ):
+        raise _Invalid("checkpoint metadata without a commit time")
+    for item in ITEMS:
+        if not (path / item).is_dir():
+            raise _Invalid(f"no {item} item")
+    _json(path / "host" / "metadata", "host item")
+    meta = _json(path / "meta" / "metadata", "meta item")
+    if not isinstance(meta.get("prng_keys"), dict) or "good" not in meta:
+        raise _Invalid("unreadable meta item")
+    _check_state(path / "state")
+
+
+def verify_step(path: str | Path | epath.Path) -> str | None:
+    """None if the step folder ``path`` holds a complete committed checkpoint, else why not (a
+    few words). Cheap: markers, metadata, JSON items and file headers; no array data is read."""
+    try:
+        _check_step(epath.Path(path))
+    except _Invalid as bad:
+        return str(bad)
+    except OSError as err:
+        return f"unreadable ({err.strerror or type(err).__name__})"
+    return None
+
+
+def _reason(err: BaseException) -> str:
+    """One short line for an exception (its type and the start of its first line)."""
+    text = str(err).strip().split("\n", 1)[0].split(" See full", 1)[0]
+    line = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _slug(reason: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-")[:48] or "invalid"
+
+
+def _remove_tree(path: epath.Path) -> None:
+    """Remove a file or a directory tree (a missing one is fine)."""
+    if path.is_dir():
+        path.rmtree()
+    elif path.exists():
+        path.unlink()
+
+
+def _stderr(message: str) -> None:
+    print(f"arlarena: {message}", file=sys.stderr, flush=True)
+
+
+def _sync(name: str) -> None:
+    """A barrier across processes after the primary host moved step folders (multi-host only)."""
+    if jax.process_count() > 1:
+        ocp.multihost.sync_global_processes(f"arlarena_checkpoint_{name}")
+
+
+class _GuardedDeleter:
+    """Orbax's deleter of pruned steps, replaced so that a step goes only once ``keep`` newer
+    valid steps exist, and by an atomic rename (see :meth:`Checkpointer._prune`)."""
+
+    def __init__(self, owner: Checkpointer) -> None:
+        self._owner = owner
+
+    def delete(self, step: int) -> None:
+        self._owner._prune(step)
+
+    def delete_steps(self, steps: list[int]) -> None:
+        for step in steps:
+            self._owner._prune(step)
+
+    def close(self) -> None:
+        pass
+
+
 class Checkpointer:
     """Keep the ``keep`` newest checkpoints (plus the newest good one) of a run in ``directory``,
     saving every ``save_every`` steps (or when forced / on a JAX-detected pre-emption)."""
 
     def __init__(
-        self, directory: str | Path, *, keep: int = 3, save_every: int = 1, async_save: bool = True
+        self,
+        directory: str | Path,
+        *,
+        keep: int = 3,
+        save_every: int = 1,
+        async_save: bool = True,
+        report: Callable[[str], None] = _stderr,
     ) -> None:
+        """``report``: where the one-line notices of quarantined or finished-off steps go."""
         if keep < 1 or save_every < 1:
             raise CheckpointError(f"keep={keep} and save_every={save_every} must be >= 1")
+        self.keep, self._report = keep, report
         self.directory = epath.Path(directory)  # local, or gs:// etc. through etils.epath
         if "://" not in str(directory):
             self.directory = epath.Path(Path(directory).absolute())
@@ -141,6 +339,7 @@ class Checkpointer:
                 f"checkpoint directory {self.directory} is not writable: "
                 f"{getattr(err, 'strerror', None) or err}"
             ) from None
+        self._sweep()  # before orbax lists the steps
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=save_policy.AnySavePolicy(
                 [
@@ -163,6 +362,94 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_handlers=handlers
         )
+        self._guard_pruning()
+        self._saving: int | None = None  # the step of the last save started
+
+    def _guard_pruning(self) -> None:
+        """Route orbax's pruning through :meth:`_prune`. Orbax has no public hook for it, so this
+        replaces its (private) deleter where it has one of the known shape; another orbax version
+        keeps its own pruning, with a warning (steps are then deleted as orbax does)."""
+        deleter = getattr(self._manager, "_checkpoint_deleter", None)
+        if deleter is None or not all(hasattr(deleter, m) for m in ("delete", "close")):
+            log.warning("orbax %s: crash-safe pruning unavailable, orbax prunes", ocp.__version__)
+            return
+        deleter.close()
+        self._manager._checkpoint_deleter = _GuardedDeleter(self)
+
+    # -- validity, quarantine and crash-safe deletion -------------------------------------------
+
+    def _path(self, step: int) -> epath.Path:
+        return self.directory / str(step)
+
+    def _step_folders(self) -> dict[int, epath.Path]:
+        """Every entry of the directory named like a step (orbax's temporary folders excluded)."""
+        return {int(p.name): p for p in self.directory.iterdir() if p.name.isdigit()}
+
+    def _quarantine(self, path: epath.Path, reason: str) -> epath.Path:
+        """Move ``path`` to ``<dir>/quarantine/<step>-<reason>`` (a free name); its new path."""
+        base = self.directory / QUARANTINE / f"{path.name}-{_slug(reason)}"
+        target, n = base, 1
+        while target.exists():
+            n += 1
+            target = base.parent / f"{base.name}-{n}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+        return target
+
+    def _remove(self, path: epath.Path) -> None:
+        """Delete a step folder crash-safely: an atomic rename into ``.deleting``, then removal
+        (a kill in between leaves an entry that :meth:`_empty_trash` removes later)."""
+        trash = self.directory / DELETING / f"{path.name}-{uuid.uuid4().hex[:8]}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(trash)
+        _remove_tree(trash)
+
+    def _empty_trash(self) -> None:
+        trash = self.directory / DELETING
+        if trash.is_dir():
+            for entry in trash.iterdir():
+                _remove_tree(entry)
+
+    def _sweep(self) -> None:
+        """Finish interrupted deletions and move invalid step folders aside (primary host)."""
+        if jax.process_index() == 0:
+            self._empty_trash()
+            valid_newer = 0
+            for step, path in sorted(self._step_folders().items(), reverse=True):
+                reason = verify_step(path)
+                if reason is None:
+                    valid_newer += 1
+                elif valid_newer >= self.keep:  # older than `keep` valid steps: half-deleted
+                    self._remove(path)
+                    self._report(f"checkpoint step {step} was half-deleted ({reason}); removed")
+                else:
+                    moved = self._quarantine(path, reason)
+                    self._report(f"checkpoint step {step} is invalid ({reason}); moved to {moved}")
+        _sync("sweep")
+
+    def _prune(self, step: int) -> None:
+        """Orbax's pruning of ``step``: done only once ``keep`` newer steps verify, else kept
+        (orbax proposes it again after the next save)."""
+        if jax.process_index() != 0:
+            return
+        folders = self._step_folders()
+        if step not in folders:
+            return
+        newer = sum(verify_step(p) is None for s, p in folders.items() if s > step)
+        if newer < self.keep:
+            log.warning("keeping checkpoint step %d: only %d newer valid steps", step, newer)
+            return
+        self._remove(folders[step])
+
+    def _valid(self, step: int) -> bool:
+        """The step verifies, or it is the save in flight (its folder is not yet renamed)."""
+        if step == self._saving and self._manager.is_saving_in_progress():
+            return True
+        return verify_step(self._path(step)) is None
+
+    def valid_steps(self) -> list[int]:
+        """The steps that verify (:func:`verify_step`), oldest first."""
+        return [s for s in self.all_steps() if self._valid(s)]
 
     def should_save(self, step: int) -> bool:
         return self._manager.should_save(step)
@@ -181,6 +468,9 @@ class Checkpointer:
         ``good``: no stability event since the previous checkpoint (``StabilityMonitor``)."""
         if not force and not self._manager.should_save(step):
             return False
+        self.wait()  # the previous save, and its pruning, are done (orbax's save waits anyway)
+        self._sweep()  # finish interrupted deletions, set invalid steps aside
+        self._manager.reload()  # and propose steps whose pruning was refused again
         if step in self._manager.all_steps():
             raise CheckpointError(
                 f"step {step} already has a checkpoint in {self.directory}; after a rollback, "
@@ -200,26 +490,34 @@ class Checkpointer:
             meta=ocp.args.JsonSave(meta),
         )
         metrics = {"good_step": step if good else -1}
+        self._saving = step
         return self._manager.save(step, args=args, metrics=metrics, force=True)
 
     def latest_step(self) -> int | None:
-        """The newest committed step (temporary directories of unfinished saves are ignored)."""
-        return self._manager.latest_step()
+        """The newest valid step (temporary directories of unfinished saves are ignored)."""
+        valid = self.valid_steps()
+        return valid[-1] if valid else None
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
     def last_good_step(self) -> int | None:
-        """The newest step saved with ``good=True`` (a rollback target), or None."""
-        good = [s for s in self.all_steps() if _good_step(self._manager.metrics(s) or {}) >= 0]
+        """The newest step saved with ``good=True`` (a rollback target), or None. Waits for a save
+        in flight, whose good flag orbax records only when it commits."""
+        self.wait()
+        good = [s for s in self.valid_steps() if _good_step(self._manager.metrics(s) or {}) >= 0]
         return max(good) if good else None
 
     def discard_after(self, step: int) -> list[int]:
         """Delete the checkpoints newer than ``step`` (the abandoned branch after a rollback)."""
         self.wait()
         newer = [s for s in self.all_steps() if s > step]
-        for s in newer:
-            self._manager.delete(s)
+        if jax.process_index() == 0:
+            for s in newer:
+                if self._path(s).exists():
+                    self._remove(self._path(s))
+        _sync("discard")
+        self._manager.reload()
         return newer
 
     def restore(self, abstract_train_state: PyTree, step: int | None = None) -> tuple[PyTree, dict]:
@@ -268,6 +566,41 @@ class Checkpointer:
         ]
         return jax.tree_util.tree_unflatten(treedef, out), dict(side["host"])
 
+    def restore_latest_valid(self, abstract_train_state: PyTree) -> Restored | None:
+        """Restore the newest valid step that restores (see :meth:`restore`), or None if there is
+        no checkpoint. A newer step that fails to restore is skipped (listed in
+        ``Restored.skipped``) and, once an older one has restored, moved to the quarantine folder.
+        A target that does not fit the checkpoint raises :class:`CheckpointError` at once; if no
+        step restores, nothing is moved and the newest step's error is raised."""
+        self.wait()
+        failed: list[tuple[int, str]] = []
+        for step in reversed(self.valid_steps()):
+            try:
+                tree, host = self.restore(abstract_train_state, step)
+            except CheckpointError:
+                raise
+            except Exception as err:  # corrupt data: orbax and tensorstore raise many types
+                failed.append((step, _reason(err)))
+                continue
+            skipped = tuple(self._set_aside(bad, reason) for bad, reason in failed)
+            if skipped:
+                self._manager.reload()
+            return Restored(step, tree, host, skipped)
+        if failed:
+            step, reason = failed[0]
+            raise CheckpointError(
+                f"no checkpoint in {self.directory} can be restored; step {step}: {reason}"
+            )
+        return None
+
+    def _set_aside(self, step: int, reason: str) -> Fallback:
+        """Quarantine a step that failed to restore (primary host); its :class:`Fallback`."""
+        moved = self.directory / QUARANTINE / f"{step}-restore-failed"
+        if jax.process_index() == 0 and self._path(step).exists():
+            moved = self._quarantine(self._path(step), "restore failed")
+        _sync("set_aside")
+        return Fallback(step, reason, str(moved))
+
     def reached_preemption(self, step: int) -> bool:
         """JAX's multi-host pre-emption sync point (False without ``jax.distributed``)."""
         return self._manager.reached_preemption(step)
@@ -277,7 +610,10 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
+        """Wait for the pending save (and its pruning) and empty ``.deleting``."""
         self._manager.close()
+        if jax.process_index() == 0:
+            self._empty_trash()
 
     def __enter__(self) -> Checkpointer:
         return self

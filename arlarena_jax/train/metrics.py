@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import struct
 import sys
 import time
@@ -95,7 +96,26 @@ class MetricsWriter:
         self._writer.add_text(tag, text, global_step=int(step))
 
     def flush(self) -> None:
-        self._writer.flush()
+        """Write every scalar and text added so far to the event file and fsync it (and its
+        directory), so a fresh reader sees them even if the process is killed right after.
+
+        tensorboardX queues events for a background thread that flushes every ``flush_secs``;
+        its own ``flush()`` skips the queue. Here the thread is stopped (it writes the queued
+        events first), the file is flushed and fsynced, and a new thread takes over."""
+        events = getattr(self._writer.file_writer, "event_writer", None)
+        worker = getattr(events, "_worker", None)
+        if events is None or worker is None or getattr(events, "_closed", True):
+            self._writer.flush()
+            return
+        worker.stop()
+        events._ev_writer.flush()  # RecordWriter.flush: file flush + os.fsync
+        events._worker = type(worker)(events._event_queue, events._ev_writer, events._flush_secs)
+        events._worker.start()
+        directory = os.open(events.get_logdir(), os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the event file's directory entry
+        finally:
+            os.close(directory)
 
     def close(self) -> None:
         self._writer.close()
