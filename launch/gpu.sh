@@ -3,6 +3,10 @@
 # JAX version, then runs the same command as on CPU. The mesh comes from the config
 # (mesh.data / mesh.fsdp / mesh.tensor; their product must equal the number of GPUs).
 #   launch/gpu.sh CONFIG [key=value ...]
+# SIGTERM (a spot instance's shutdown notice) or Ctrl-C stops the run after saving, with exit
+# status 75 (EX_TEMPFAIL): a supervisor restarts the same command on 75 (systemd:
+# RestartForceExitStatus=75), and the run resumes. python replaces this shell (exec), so the
+# signal reaches it and its status is the script's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config="${1:?usage: launch/gpu.sh CONFIG [key=value ...]}"

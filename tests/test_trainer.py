@@ -18,10 +18,12 @@ import pytest
 
 from arlarena_jax.cli import main
 from arlarena_jax.models import load_pretrained
+from arlarena_jax.train import loop
 from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import summary_table, train
 from arlarena_jax.train.metrics import read_scalars
+from arlarena_jax.train.run import Summary
 
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
 SMALL = [
@@ -160,3 +162,19 @@ def test_unstable_steps_roll_back_to_the_last_good_checkpoint(tmp_path):
     assert summary.stability_events >= 3
     assert rolled == [0.0, 1.0, 2.0]
     assert summary.history[-1]["stability/rollbacks"] == 3.0
+
+
+def test_a_stopped_run_prints_one_line_and_exits_75(tmp_path, monkeypatch, capsys):
+    """What ``arlarena train`` and ``sft`` make of a stopped run (the stops themselves:
+    tests/test_preemption.py): one line instead of the summary table, status 75."""
+    where = "SIGTERM during cloning at step 37 of 260"
+    stopped = Summary(None, None, 0, 0, 0, 1.0, str(tmp_path), stopped=where)
+    monkeypatch.setattr(loop, "train", lambda config: stopped)
+    for command in ("train", "sft"):
+        assert main([command, CONFIG, *SMALL, f"trainer.run_dir={tmp_path}"]) == 75
+        out, err = capsys.readouterr()
+        assert "held-out success" not in out
+        assert [line for line in err.splitlines() if "stopped" in line] == [
+            f"arlarena: stopped by {where}; run the same command to resume"
+        ]
+    assert summary_table(stopped).splitlines()[0].endswith(f"| by {where} |")

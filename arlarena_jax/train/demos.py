@@ -94,14 +94,18 @@ def chunked_episodes(
     seeds: Sequence[int],
     task_format: TaskFormat,
     expert_for: Callable[[list[int]], Policy],
+    before_chunk: Callable[[], None] | None = None,
     **kw,
 ) -> list[list[Demonstration]]:
     """:func:`collect_episodes` over ``seeds`` in chunks of ``envs.num_envs`` (one episode per
     seed; the last chunk is padded with its first seed so one batch size serves every chunk, and
-    the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert.
+    the padding episodes are dropped). ``expert_for(chunk_seeds)`` gives each chunk's expert;
+    ``before_chunk()`` runs before each chunk (the trainer's stop check, which may raise).
     One list of kept turns per seed, in seed order."""
     out: list[list[Demonstration]] = []
     for chunk in seed_chunks(seeds, envs.num_envs):
+        if before_chunk is not None:
+            before_chunk()
         expert = expert_for(chunk.seeds)
         out += collect_episodes(
             envs, task_format, expert, group_seeds=chunk.seeds, num_real=chunk.real, **kw
@@ -118,6 +122,7 @@ def expert_demonstrations(
     max_turns: int,
     history_length: int = 2,
     only_successful: bool = True,
+    before_chunk: Callable[[], None] | None = None,
 ) -> list[Demonstration]:
     """The expert's kept turns, one episode per seed, in seed order (turns in order).
 
@@ -136,14 +141,18 @@ def expert_demonstrations(
         history_length=history_length,
         only_successful=only_successful,
         skip_done=not expert.every_turn,
+        before_chunk=before_chunk,
     )
     by_task = dict(zip(distinct, episodes, strict=True))
     return [turn for task in tasks for turn in by_task[task]]
 
 
-def demonstrations(env: Any, seeds: Sequence[int]) -> list[Demonstration]:
+def demonstrations(
+    env: Any, seeds: Sequence[int], *, before_chunk: Callable[[], None] | None = None
+) -> list[Demonstration]:
     """Expert demonstrations of the environment ``env.name`` (the trainer's ``env`` config
-    section) through its prompt format, on up to ``expert.batch_size`` training environments."""
+    section) through its prompt format, on up to ``expert.batch_size`` training environments
+    (``before_chunk``: see :func:`chunked_episodes`)."""
     spec = registry.get(env.name)
     if spec.expert is None:
         raise ConfigError(f"config key 'env.name': {env.name!r} has no expert to demonstrate")
@@ -161,6 +170,7 @@ def demonstrations(env: Any, seeds: Sequence[int]) -> list[Demonstration]:
             task_format=spec.task_format(env),
             max_turns=env.max_turns,
             history_length=env.history_length,
+            before_chunk=before_chunk,
         )
     finally:
         envs.close()

@@ -10,7 +10,7 @@ of held-out seeds evaluates on a fixed-size environment batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from arlarena_jax.rollout.chunks import seed_chunks
 from arlarena_jax.rollout.loop import Rollout, collect
@@ -28,12 +28,16 @@ def evaluate(
     seeds: Sequence[int],
     max_turns: int,
     history_length: int = 2,
+    before_chunk: Callable[[], None] | None = None,
 ) -> tuple[dict[str, float], Rollout]:
-    """``val/…`` metrics over one episode per seed, and the merged rollout."""
+    """``val/…`` metrics over one episode per seed, and the merged rollout. ``before_chunk()``
+    runs before each chunk (the trainer's stop check: it raises to abandon the evaluation)."""
     if not seeds:
         raise ValueError("evaluate needs at least one seed")
     rows, trajectories = [], []
     for chunk in seed_chunks(seeds, envs.num_envs):
+        if before_chunk is not None:
+            before_chunk()
         rollout = collect(
             envs,
             task_format,

@@ -9,11 +9,18 @@
    mini-batch updates, ``update_params`` into the sampler; timing split, throughput, environment
    and actor metrics to TensorBoard; the stability monitor; evaluation every
    ``trainer.eval_every`` steps;
-3. orbax checkpoints every ``trainer.save_every`` steps and on SIGTERM (then it stops cleanly);
-   a run started again in the same directory resumes from the newest checkpoint and continues as
-   the uninterrupted run would (parameters, optimizer and objective state, the task-seed RNG and
-   the sampler's call counter are all restored);
+3. orbax checkpoints every ``trainer.save_every`` steps; a run started again in the same
+   directory resumes from the newest checkpoint and continues as the uninterrupted run would
+   (parameters, optimizer and objective state, the task-seed RNG and the sampler's call counter
+   are all restored);
 4. the final evaluation, a Hugging Face export (``trainer.export_hf``) and a summary.
+
+SIGTERM or SIGINT (a second SIGINT interrupts at once) stops the run at the next safe point of
+whatever phase it is in: between demonstration chunks, after a cloning step, between evaluation
+chunks, after an RL step, before the export. What a resumed run needs is saved first (a stopped
+cloning in ``run_dir/checkpoints_sft``, the RL state in ``run_dir/checkpoints``), and the summary
+carries ``stopped`` (e.g. ``"SIGTERM during cloning at step 37 of 260"``); ``arlarena train`` then
+prints :func:`stop_line` and exits with :data:`EXIT_STOPPED`. Running the same command resumes.
 
 The pieces live in :class:`~arlarena_jax.train.run.Run`; this module reads top to bottom.
 """
@@ -24,18 +31,28 @@ from typing import Any
 
 from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
-from arlarena_jax.train.run import Run, Summary
+from arlarena_jax.train.run import Run, Stopped, Summary
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
 
 
 def train(config: Config, *, console: bool = True) -> Summary:
     """Run (or resume) the whole job described by ``config`` (see module doc)."""
-    with Run(config, console=console) as run:
-        run.start()
-        with PreemptionGuard() as guard:
-            while not run.done and not guard.requested:
+    with PreemptionGuard(sigint=True) as guard, Run(config, console=console, guard=guard) as run:
+        try:
+            run.start()
+            while not run.done:
                 run.step()
-                run.save(force=guard.requested or run.done)
-        return run.finish()
+                run.save(force=run.done)
+                run.check_stop()
+            return run.finish()
+        except Stopped as stop:
+            return run.stopped(stop)
+
+
+def stop_line(summary: Summary) -> str:
+    """The one line of a stopped run."""
+    return f"arlarena: stopped by {summary.stopped}; run the same command to resume"
 
 
 def summary_table(summary: Summary) -> str:
@@ -59,5 +76,7 @@ def summary_table(summary: Summary) -> str:
         if key.endswith("_success_rate") and key != "val/success_rate"
     )
     rows[2:2] = [(f"  {key[len('val/') :]}", pct(value)) for key, value in per_task]
+    if summary.stopped is not None:  # not finished: resumable
+        rows.insert(0, ("stopped (resumable)", f"by {summary.stopped}"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)

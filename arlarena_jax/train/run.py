@@ -12,6 +12,15 @@ trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep
 - :meth:`Run.save` checkpoints, :meth:`Run.roll_back` restores the last good checkpoint;
 - :meth:`Run.finish` evaluates, exports and returns the :class:`Summary`.
 
+Stopping: with a :class:`~arlarena_jax.train.checkpoint.PreemptionGuard` (``Run(config,
+guard=guard)``), :meth:`Run.check_stop` is called at the safe points of every phase (between
+demonstration chunks, after every cloning step, between evaluation chunks, after every RL step,
+before the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a stopped
+cloning first saves its state (parameters, optimizer state, steps done) in
+``run_dir/checkpoints_sft``, and :meth:`Run.stopped` saves the RL state once there is one. The
+next start continues from there: from the RL checkpoints, else from the cloning checkpoint, which
+is removed once the cloned policy is saved as step 0.
+
 Only what a command uses is built: ``arlarena eval`` opens no writer and no training
 environments. Training task seeds come from a NumPy generator seeded by ``trainer.seed`` and
 restored on resume; demonstration and evaluation seeds come from disjoint blocks (``build``).
@@ -22,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -35,16 +46,17 @@ from arlarena_jax.objectives.compose import Input
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
-from arlarena_jax.train.checkpoint import Checkpointer, abstract_like
+from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstract_like
 from arlarena_jax.train.config import Config, ConfigError, resolve
 from arlarena_jax.train.config_io import dump_config
+from arlarena_jax.train.demos import demonstrations
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_hf
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
 from arlarena_jax.train.rl import UpdateSetup, cached, collect_batch, update_policy
-from arlarena_jax.train.sft import run_sft
+from arlarena_jax.train.sft import CloneState, SFTJob, prepare_sft
 from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
 
 
@@ -92,6 +104,15 @@ class Summary:
     run_dir: str
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     final_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # val/… at the end
+    stopped: str | None = None  # e.g. "SIGTERM during cloning at step 37 of 260"; None: finished
+
+
+CLONING_CHECKPOINTS = "checkpoints_sft"  # a stopped cloning's state, until step 0 is saved
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT arrived: raised at a safe point, what to resume is saved (or is
+    saved by :meth:`Run.stopped`). ``str()`` says which signal, in which phase, at which step."""
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -137,9 +158,11 @@ def roll_back(checkpointer, monitor, state: TrainState, engine, step: int) -> di
 class Run:
     """One run of ``config`` (resolved: every method setting and the run directory pinned)."""
 
-    def __init__(self, config: Config, *, console: bool = True) -> None:
+    def __init__(
+        self, config: Config, *, console: bool = True, guard: PreemptionGuard | None = None
+    ) -> None:
         self.config = config = resolve(config)
-        self.console = console
+        self.console, self.guard, self.phase = console, guard, "startup"
         self.run_dir = Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
@@ -157,7 +180,7 @@ class Run:
         )
         self.monitor = StabilityMonitor(config.monitor)
         self.rng = np.random.default_rng(config.trainer.seed)
-        self.host = HostState()
+        self.host = HostState(rng=self.rng.bit_generator.state)  # step 0's, as a checkpoint
         self.state: TrainState | None = None
         self.history: list[dict[str, float]] = []
         self.events = self.skipped = 0
@@ -165,6 +188,9 @@ class Run:
         self._sampler: tuple[Any, SamplerPolicy] | None = None
         self._envs: dict[str, Any] = {}
         self._setup: UpdateSetup | None = None
+        self._cloning: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
+        self._cloned = False  # cloning finished in this process (its policy not saved yet)
+        self._closing.callback(self._close_cloning)
         self._timer = Timer()
         self._progress = ConsoleProgress(config.trainer.total_steps) if console else None
 
@@ -233,11 +259,19 @@ class Run:
     # -- verbs ----------------------------------------------------------------------------------
 
     def resume(self) -> int | None:
-        """Restore the newest checkpoint (device and host state); its step, or None."""
-        step = self.checkpointer.latest_step()
-        if step is None:
+        """Restore the newest checkpoint that verifies and restores (device and host state); its
+        step, or None. A newer one that fails to restore is reported in one line and set aside."""
+        target = abstract_like(self.train_state().as_tree())
+        restored = self.checkpointer.restore_latest_valid(target)
+        if restored is None:
             return None
-        tree, host = self.checkpointer.restore(abstract_like(self.train_state().as_tree()), step)
+        step, tree, host, skipped = restored
+        for bad in skipped:
+            print(
+                f"arlarena: checkpoint step {bad.step} cannot be restored ({bad.reason}); "
+                f"resuming from step {step} (step {bad.step} moved to {bad.moved_to})",
+                flush=True,
+            )
         self.state = TrainState.from_tree(tree)
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
@@ -248,10 +282,13 @@ class Run:
         return step
 
     def clone(self) -> dict[str, float]:
-        """Behaviour cloning on expert demonstrations of their own seed block (``sft.*``)."""
+        """Behaviour cloning on expert demonstrations of their own seed block (``sft.*``),
+        continuing a stopped cloning from ``run_dir/checkpoints_sft``."""
         c, sft = self.config, self.config.sft
+        self.phase = "demonstrations"
         seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
-        demos = build.demonstrations(c, seeds)
+        build.env_spec(c)
+        demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
         if not demos:
             raise ConfigError(
                 f"config key 'sft.num_episodes': none of the {sft.num_episodes} expert episodes "
@@ -259,7 +296,7 @@ class Run:
             )
         length = dict(steps=sft.steps) if sft.steps is not None else dict(epochs=sft.epochs)
         start = time.perf_counter()
-        _, history = run_sft(
+        job = prepare_sft(
             self.model,
             self.tokenizer,
             demos,
@@ -268,18 +305,84 @@ class Run:
             seed=sft.seed,
             enable_thinking=c.sampler.enable_thinking,
             mesh=self.mesh,
-            log_fn=self._log_cloning,
             **length,
         )
-        self.state = None  # rebuilt from the cloned parameters
+        self.phase = "cloning"
+        state = self._cloning_start(job)
+        if self.console:
+            again = f", continuing after step {state.step}" if state.step else ""
+            print(f"cloning: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
+        self.check_stop((state.step, job.total))
+        final, history = job.run(
+            state, log_fn=self._log_cloning, after_step=lambda s: self._cloning_step(job, s)
+        )
+        nnx.update(self.model, final.params)
+        self.state, self._cloned = None, True  # rebuilt from the cloned parameters
         metrics = {
-            "sft/final_loss": history[-1]["loss"],
+            "sft/final_loss": history[-1]["loss"] if history else math.nan,
             "sft/examples": float(len(demos)),
-            "sft/steps": float(len(history)),
+            "sft/steps": float(job.total),
             "timing/sft": time.perf_counter() - start,
         }
         self.writer.scalars(0, metrics)
+        if self.console:
+            print(f"cloning done: loss {metrics['sft/final_loss']:.4f}", flush=True)
         return metrics
+
+    def _cloning_start(self, job: SFTJob) -> CloneState:
+        """The state a stopped cloning saved in ``run_dir/checkpoints_sft``, else the start."""
+        _, params = nnx.split(self.model)
+        fresh = job.start(params)
+        directory = self.run_dir / CLONING_CHECKPOINTS
+        step = self._cloning_checkpointer().latest_step() if directory.is_dir() else None
+        if step is None:
+            return fresh
+        target = abstract_like({"params": fresh.params, "opt_state": fresh.opt_state})
+        tree, host = self._cloning_checkpointer().restore(target, step)
+        made, wants = (host["total"], host["batches_per_epoch"]), (job.total, job.num_batches)
+        if made != wants:
+            raise ConfigError(
+                f"config key 'sft.steps': the cloning checkpoint in {directory} is of {made[0]} "
+                f"steps over {made[1]} batches per epoch, this config clones {wants[0]} steps "
+                f"over {wants[1]}; remove {directory} to clone from the start"
+            )
+        return CloneState(tree["params"], tree["opt_state"], step)
+
+    def _cloning_step(self, job: SFTJob, state: CloneState) -> None:
+        """After a cloning step (but the last): once stopped, save the cloning state and stop."""
+        if state.step >= job.total or not self.stop_requested():
+            return
+        checkpointer = self._cloning_checkpointer()
+        if state.step not in checkpointer.all_steps():
+            epoch, batch = job.position(state.step)
+            host = dict(
+                step=state.step,
+                total=job.total,
+                batches_per_epoch=job.num_batches,
+                epoch=epoch,  # the next batch: the stream's position
+                batch=batch,
+            )
+            tree = {"params": state.params, "opt_state": state.opt_state}
+            checkpointer.save(state.step, tree, host, force=True)
+            checkpointer.wait()
+        raise self._stopped_at((state.step, job.total))
+
+    def _cloning_checkpointer(self) -> Checkpointer:
+        if self._cloning is None:
+            self._cloning = Checkpointer(self.run_dir / CLONING_CHECKPOINTS, keep=1)
+        return self._cloning
+
+    def _close_cloning(self) -> None:
+        if self._cloning is not None:
+            self._cloning.close()
+            self._cloning = None
+
+    def _remove_cloning_checkpoint(self) -> None:
+        """Once the cloned policy is an RL checkpoint, the cloning checkpoint goes."""
+        self._close_cloning()
+        directory = self.run_dir / CLONING_CHECKPOINTS
+        if directory.is_dir() and jax.process_index() == 0:
+            shutil.rmtree(directory)
 
     def _log_cloning(self, step: int, metrics: dict[str, float]) -> None:
         self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items()})
@@ -301,6 +404,7 @@ class Run:
             seeds=eval_seeds(c),
             max_turns=c.env.max_turns,
             history_length=c.env.history_length,
+            before_chunk=self.check_stop,
         )
         if step is not None:
             self.writer.scalars(step, metrics)
@@ -322,16 +426,21 @@ class Run:
         if self.monitor.should_rollback:
             metrics |= roll_back(self.checkpointer, self.monitor, state, self.engine, step)
         metrics |= self.monitor.metrics()
-        if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
-            metrics |= self.evaluate()  # written with the step's metrics
+        self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, self.policy.calls
+        try:  # the step is complete: a stop during its evaluation saves it
+            if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
+                metrics |= self.evaluate()  # written with the step's metrics
+        finally:
+            self._record(step, metrics, new_events)
+        return metrics
+
+    def _record(self, step: int, metrics: dict[str, float], events: list) -> None:
         self.writer.scalars(step, metrics)
-        for event in new_events:
+        for event in events:
             self.writer.text(step, "stability", event.message)
         self.history.append({"step": float(step), **metrics})
         if self._progress is not None:
             self._progress.update(step, metrics)
-        self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, self.policy.calls
-        return metrics
 
     def _rollout_and_update(self, step: int) -> dict[str, float]:
         c, timer, state = self.config, self._timer, self.train_state()
@@ -381,10 +490,13 @@ class Run:
         return self._setup
 
     def save(self, *, force: bool = False) -> bool:
-        """Checkpoint the state at the current step if due (or ``force``)."""
+        """Checkpoint the state at the current step if due (or ``force``). The metrics written so
+        far are flushed to disk first: every step a checkpoint covers keeps its scalars."""
         step = self.host.step
         if not force and not self.checkpointer.should_save(step):
             return False
+        if self._writer is not None:
+            self._writer.flush()
         good = self.monitor.mark_checkpoint(step)
         host = dataclasses.asdict(self.host)
         return self.checkpointer.save(
@@ -399,10 +511,16 @@ class Run:
         self.checkpointer.wait()
         final_eval: dict[str, float] = {}
         if self.done and t.total_steps > 0:
+            self.phase = "the final evaluation"
             final_eval = self.evaluate(self.host.step)
         if self.done and t.export_hf:
+            self.phase = "export"
+            self.check_stop()
             nnx.update(self.model, self.train_state().params)
             export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
+        return self._summary(final_eval)
+
+    def _summary(self, final_eval: dict[str, float], stopped: str | None = None) -> Summary:
         return Summary(
             self.host.sft_success,
             final_eval.get("val/success_rate"),
@@ -413,23 +531,77 @@ class Run:
             str(self.run_dir),
             self.history,
             final_eval,
+            stopped,
         )
 
     def start(self) -> None:
-        """Dump the config; resume, or clone (if enabled) and evaluate the starting policy."""
+        """Dump the config; resume, or clone (if enabled; a stopped cloning continues) and
+        evaluate the starting policy, saved as step 0 with cloning or as a rollback target."""
         c = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(c, self.run_dir / "config.yaml")
-        if self.resume() is not None:
-            return
-        if c.sft.enabled:
+        self.check_stop()
+        resumed = self.resume()
+        if resumed is None and c.sft.enabled:
             self.clone()
+        evaluates = c.trainer.eval_at_start or c.sft.enabled
+        unevaluated = resumed == 0 and evaluates and self.host.sft_success is None
+        if resumed is None or unevaluated:  # unevaluated: stopped during that evaluation
+            self._start_policy()
+        self._remove_cloning_checkpoint()
+        self.phase = "RL"
+
+    def _start_policy(self) -> None:
+        """Evaluate the starting policy (with cloning or ``trainer.eval_at_start``); save it as
+        step 0 (with cloning, or as the first rollback target)."""
+        c = self.config
         if c.trainer.eval_at_start or c.sft.enabled:
+            self.phase = "evaluation"
             self.host.sft_success = self.evaluate(0)["val/success_rate"]
             if self.console:
                 print(f"held-out success before RL: {100 * self.host.sft_success:.1f}%", flush=True)
-        if c.trainer.total_steps > 0 and c.monitor.rollback:
-            self.save(force=True)  # the starting policy: the first rollback target
+        if c.sft.enabled or (c.trainer.total_steps > 0 and c.monitor.rollback):
+            if 0 in self.checkpointer.all_steps():  # saved by a stop during the evaluation
+                self.checkpointer.discard_after(-1)
+            self.save(force=True)
+            self.checkpointer.wait()
+
+    def check_stop(self, at: tuple[int, int] | None = None) -> None:
+        """A safe point: once SIGTERM or SIGINT has arrived, raise :class:`Stopped`, naming the
+        signal, the phase and ``at`` (step, of steps; default: the RL step, of total_steps)."""
+        if self.stop_requested():
+            raise self._stopped_at(at)
+
+    def stop_requested(self) -> bool:
+        """Whether a signal asked to stop; on several processes, whether any process got one
+        (a collective: every process stops at the same safe point)."""
+        if self.guard is None:
+            return False
+        requested = self.guard.requested
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            gathered = multihost_utils.process_allgather(np.asarray(requested))
+            requested = bool(np.any(gathered))
+        return requested
+
+    def _stopped_at(self, at: tuple[int, int] | None) -> Stopped:
+        if at is None and self.phase != "demonstrations":
+            at = (self.host.step, self.config.trainer.total_steps)
+        where = "" if at is None else f" at step {at[0]} of {at[1]}"
+        number = self.guard.signal if self.guard is not None else None
+        name = signal.Signals(number).name if number else "a signal to another process"
+        return Stopped(f"{name} during {self.phase}{where}")
+
+    def stopped(self, stop: Stopped) -> Summary:
+        """After :class:`Stopped`: save the RL state if there is one (cloned or trained) that no
+        checkpoint holds, wait for every save, and return the summary saying where it stopped."""
+        if (
+            self.host.step > 0 or self._cloned
+        ) and self.host.step not in self.checkpointer.all_steps():
+            self.save(force=True)
+        self.checkpointer.wait()
+        return self._summary({}, stopped=str(stop))
 
 
 def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) -> UpdateSetup:

@@ -20,6 +20,11 @@ last batch is filled with empty rows (all masks 0). The order is a deterministic
 (seed, epoch). The step (:func:`make_sft_step`) is one ``jax.jit``: gradient, global norm before
 clipping, optax update, and a non-finite guard that keeps params and optimizer state and reports
 ``skipped = 1`` (the schedule does not advance on a skipped step).
+
+Cloning resumes exactly: :class:`SFTJob` continues from any :class:`CloneState` (parameters,
+optimizer state, steps done; the step count alone fixes the position in the batch stream), so a
+run stopped after step k and continued equals the uninterrupted one (the trainer saves the state
+when it is stopped, ``arlarena_jax.train.run``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -225,7 +230,71 @@ def evaluate_loss(
     return nll / max(tokens, 1.0)
 
 
-def run_sft(
+class CloneState(NamedTuple):
+    """Where cloning stands: parameters, optimizer state and the steps done. The batch stream is
+    a function of (seed, epoch), so ``step`` alone fixes where it continues: epoch
+    ``step // batches per epoch``, batch ``step % batches per epoch``."""
+
+    params: Any
+    opt_state: Any
+    step: int = 0
+
+
+@dataclasses.dataclass
+class SFTJob:
+    """A prepared cloning run (:func:`prepare_sft`): the batcher, the number of steps, the
+    optimizer and its jitted step. :meth:`run` goes from any :class:`CloneState` to the end, so a
+    run stopped after step k and continued from its state equals the uninterrupted run."""
+
+    batcher: SFTBatcher
+    total: int
+    optimizer: optax.GradientTransformation
+    step_fn: Callable[[Any, Any, SFTBatch], tuple[Any, Any, dict[str, jax.Array]]]
+
+    @property
+    def num_batches(self) -> int:
+        """Batches per epoch."""
+        return self.batcher.num_batches()
+
+    def start(self, params: Any) -> CloneState:
+        """The state before the first step."""
+        return CloneState(params, self.optimizer.init(params), 0)
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, batch within the epoch) of the batch that step ``step`` (0-based) trains on."""
+        return divmod(step, self.num_batches)
+
+    def batches(self, step: int) -> Iterator[SFTBatch]:
+        """The batch stream from step ``step`` on (the batcher's epochs in order)."""
+        epoch, skip = self.position(step)
+        stream = (batch for e in itertools.count(epoch) for batch in self.batcher.epoch(e))
+        return itertools.islice(stream, skip, None)
+
+    def run(
+        self,
+        state: CloneState,
+        *,
+        log_fn: Callable[[int, dict[str, float]], None] | None = None,
+        after_step: Callable[[CloneState], None] | None = None,
+    ) -> tuple[CloneState, list[dict[str, float]]]:
+        """Steps ``state.step`` … ``total - 1``; the final state and one history row per step
+        run. ``after_step(state)`` sees the state after each step (it may save it and raise to
+        stop); ``params`` and ``opt_state`` are donated to the next step."""
+        history: list[dict[str, float]] = []
+        params, opt_state = state.params, state.opt_state
+        stream = self.batches(state.step)
+        for step in range(state.step, self.total):
+            params, opt_state, metrics = self.step_fn(params, opt_state, next(stream))
+            row = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            history.append({"step": float(step), **row})
+            if log_fn is not None:
+                log_fn(step, row)
+            if after_step is not None:
+                after_step(CloneState(params, opt_state, step + 1))
+        return CloneState(params, opt_state, max(state.step, self.total)), history
+
+
+def prepare_sft(
     model: nnx.Module,
     tokenizer: Any,
     examples: Sequence[tuple[str, str]],
@@ -239,17 +308,8 @@ def run_sft(
     enable_thinking: bool | None = None,
     chunk_size: int = 128,
     mesh: Mesh | None = None,
-    log_fn: Callable[[int, dict[str, float]], None] | None = None,
-) -> tuple[nnx.Module, list[dict[str, float]]]:
-    """Clone ``examples`` ((prompt, reply) pairs, e.g. :class:`~.demos.Demonstration`) into
-    ``model`` (updated in place and returned) for ``steps`` updates or ``epochs`` epochs
-    with the optimizer ``optim`` (default :data:`~.optim.SFT_OPTIM`: AdamW 1e-5,
-    β = (0.9, 0.95), wd 0.01, cosine, 10 % warm-up, clip 1.0).
-
-    History: one dict per step (``step`` plus the step's metrics as floats); ``log_fn(step,
-    metrics)`` is called after each step. With ``mesh``, the model must already be sharded
-    (:func:`arlarena_jax.models.shard_model`) and ``batch_size`` divisible by data × fsdp.
-    """
+) -> SFTJob:
+    """The :class:`SFTJob` of cloning ``examples`` into ``model`` (arguments as :func:`run_sft`)."""
     encoded = [
         encode_example(tokenizer, p, r, enable_thinking=enable_thinking) for p, r in examples
     ]
@@ -257,32 +317,36 @@ def run_sft(
     batcher = SFTBatcher(encoded, batch_size, buckets, seed)
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
-    total = steps if steps is not None else max(1, round(epochs * batcher.num_batches()))
-    optimizer = make_optimizer(optim, total)
-    graphdef, params = nnx.split(model)
-    step_fn = make_sft_step(graphdef, optimizer, mesh=mesh, chunk_size=chunk_size)
-    params, history = _train(step_fn, params, optimizer.init(params), batcher, total, log_fn)
-    nnx.update(model, params)
-    return model, history
-
-
-def _train(
-    step_fn: Callable,
-    params: Any,
-    opt_state: Any,
-    batcher: SFTBatcher,
-    total: int,
-    log_fn: Callable[[int, dict[str, float]], None] | None,
-) -> tuple[Any, list[dict[str, float]]]:
-    """``total`` steps over the batcher's epochs in order; (params, per-step history)."""
-    history: list[dict[str, float]] = []
     if not batcher.num_batches():
         raise ValueError("no examples to train on")
-    stream = (batch for epoch in itertools.count() for batch in batcher.epoch(epoch))
-    for step in range(total):
-        params, opt_state, metrics = step_fn(params, opt_state, next(stream))
-        row = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        history.append({"step": float(step), **row})
-        if log_fn is not None:
-            log_fn(step, row)
-    return params, history
+    total = steps if steps is not None else max(1, round(epochs * batcher.num_batches()))
+    optimizer = make_optimizer(optim, total)
+    graphdef, _ = nnx.split(model)
+    step_fn = make_sft_step(graphdef, optimizer, mesh=mesh, chunk_size=chunk_size)
+    return SFTJob(batcher, total, optimizer, step_fn)
+
+
+def run_sft(
+    model: nnx.Module,
+    tokenizer: Any,
+    examples: Sequence[tuple[str, str]],
+    *,
+    log_fn: Callable[[int, dict[str, float]], None] | None = None,
+    **kw: Any,
+) -> tuple[nnx.Module, list[dict[str, float]]]:
+    """Clone ``examples`` ((prompt, reply) pairs, e.g. :class:`~.demos.Demonstration`) into
+    ``model`` (updated in place and returned) for ``steps`` updates or ``epochs`` epochs
+    with the optimizer ``optim`` (default :data:`~.optim.SFT_OPTIM`: AdamW 1e-5,
+    β = (0.9, 0.95), wd 0.01, cosine, 10 % warm-up, clip 1.0); ``kw`` are the keywords of
+    :func:`prepare_sft` (``steps``, ``epochs``, ``batch_size``, ``buckets``, ``optim``, ``seed``,
+    ``enable_thinking``, ``chunk_size``, ``mesh``).
+
+    History: one dict per step (``step`` plus the step's metrics as floats); ``log_fn(step,
+    metrics)`` is called after each step. With ``mesh``, the model must already be sharded
+    (:func:`arlarena_jax.models.shard_model`) and ``batch_size`` divisible by data × fsdp.
+    """
+    job = prepare_sft(model, tokenizer, examples, **kw)
+    _, params = nnx.split(model)
+    final, history = job.run(job.start(params), log_fn=log_fn)
+    nnx.update(model, final.params)
+    return model, history

@@ -1,0 +1,208 @@
+"""Stopping and resuming: SIGTERM or SIGINT stops ``arlarena train`` in every phase with status 75
+and one line, after saving what the next start needs; the same command then continues.
+
+The trainer test (one run directory, stopped three times): ``arlarena train`` is started as a
+subprocess and signalled when its output shows the phase has begun (no timing guesses): during
+cloning (after the "[cloning 10]" line, of 14 steps), during the evaluation after cloning (two
+evaluation chunks, so a check comes after the chunk the signal lands in) and in the RL loop
+(SIGINT). A fourth, uninterrupted start finishes the run. The cloning it continued equals an
+uninterrupted cloning exactly (same parameters), since the cloning state saved on the stop holds
+parameters, optimizer state and the step, and the step fixes the position in the batch stream.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+from arlarena_jax.models import QwenForCausalLM, preset
+from arlarena_jax.tokenization import train_tiny
+from arlarena_jax.train.build import build_tokenizer
+from arlarena_jax.train.checkpoint import Checkpointer, abstract_like
+from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.loop import EXIT_STOPPED, summary_table, train
+from arlarena_jax.train.run import Run
+from arlarena_jax.train.sft import CloneState, prepare_sft
+from tests.test_trainer import CONFIG
+from tests.test_trainer import SMALL as TRAINER_SMALL
+
+SMALL = [  # test_trainer's sizes; later overrides win
+    *TRAINER_SMALL,
+    "sft.steps=14",
+    "sft.batch_size=4",
+    "env.eval_batch_size=2",  # two evaluation chunks
+    "trainer.eval_every=0",
+    "trainer.total_steps=1",
+]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The tiny-sokoban tokenizer, built once (saves ~10 s a start), and a compilation cache."""
+    directory = tmp_path_factory.mktemp("shared")
+    build_tokenizer(load_config(CONFIG, SMALL)).save_pretrained(directory / "tokenizer")
+    return directory
+
+
+def overrides(shared, run_dir) -> list[str]:
+    return [*SMALL, f"model.tokenizer={shared / 'tokenizer'}", f"trainer.run_dir={run_dir}"]
+
+
+def arlarena_train(shared, run_dir, marker: str, sig: int) -> tuple[int, str]:
+    """Start ``arlarena train`` on ``run_dir``, send ``sig`` once a line contains ``marker``;
+    (exit status, all output)."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(shared / "jax-cache"))
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arlarena_jax", "train", CONFIG, *overrides(shared, run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    watchdog = threading.Timer(240, proc.kill)
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                proc.send_signal(sig)
+                break
+        lines.append(proc.communicate()[0])
+    finally:
+        watchdog.cancel()
+    return proc.returncode, "".join(lines)
+
+
+def stop_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "stopped by" in line]
+
+
+def saved_params(step_dir):
+    """The parameters of an RL checkpoint step, as stored (numpy leaves)."""
+    return ocp.StandardCheckpointer().restore(step_dir / "state")["params"]
+
+
+@pytest.fixture(scope="module")
+def stopped_thrice(shared, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("preempted")
+    stops = {}
+    stops["cloning"] = arlarena_train(shared, run_dir, "[cloning 10]", signal.SIGTERM)
+    sft_steps = sorted(p.name for p in (run_dir / "checkpoints_sft").iterdir())
+    stops["evaluation"] = arlarena_train(shared, run_dir, "cloning done", signal.SIGTERM)
+    cloned = saved_params(run_dir / "checkpoints" / "0")
+    stops["RL"] = arlarena_train(shared, run_dir, "held-out success before RL", signal.SIGINT)
+    return run_dir, stops, sft_steps, cloned
+
+
+def test_a_stop_in_each_phase_exits_75_with_one_line_and_a_checkpoint(stopped_thrice):
+    run_dir, stops, sft_steps, _ = stopped_thrice
+    status, output = stops["cloning"]
+    assert status == EXIT_STOPPED, output
+    (line,) = stop_lines(output)
+    assert line.startswith("arlarena: stopped by SIGTERM during cloning at step ")
+    assert line.endswith(" of 14; run the same command to resume")
+    step = int(line.split(" at step ")[1].split()[0])
+    assert 10 <= step < 14 and sft_steps == [str(step)]
+    assert "held-out success after" not in output  # no summary table
+
+    status, output = stops["evaluation"]
+    assert status == EXIT_STOPPED, output
+    assert "cloning: 14 steps on" in output and f"continuing after step {step}" in output
+    assert stop_lines(output) == [
+        "arlarena: stopped by SIGTERM during evaluation at step 0 of 1; "
+        "run the same command to resume"
+    ]
+    assert "held-out success before RL" not in output
+
+    status, output = stops["RL"]
+    assert status == EXIT_STOPPED, output
+    assert "cloning:" not in output  # resumed from the cloned policy, saved as step 0
+    assert stop_lines(output) == [
+        "arlarena: stopped by SIGINT during RL at step 1 of 1; run the same command to resume"
+    ]
+    assert (run_dir / "checkpoints" / "1").is_dir()
+    assert not (run_dir / "checkpoints_sft").exists()  # gone once step 0 holds the cloned policy
+
+
+def test_the_same_command_then_finishes_the_run(shared, stopped_thrice):
+    run_dir, *_ = stopped_thrice
+    summary = train(load_config(CONFIG, overrides(shared, run_dir)), console=False)
+    assert summary.stopped is None and summary.steps == 1 and summary.history == []
+    assert summary.success_after_cloning is not None and summary.success_after_rl is not None
+    assert "stopped" not in summary_table(summary)
+
+
+def test_continued_cloning_equals_an_uninterrupted_cloning(shared, stopped_thrice, tmp_path):
+    *_, cloned = stopped_thrice
+    config = load_config(CONFIG, overrides(shared, tmp_path))
+    with Run(config, console=False) as run:
+        run.clone()
+        run.save(force=True)
+        run.checkpointer.wait()
+    expected = saved_params(tmp_path / "checkpoints" / "0")
+    leaves = jax.tree.leaves(cloned)
+    assert len(leaves) == len(jax.tree.leaves(expected)) > 0
+    for got, want in zip(leaves, jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_cloning_job_continued_from_its_saved_state_equals_the_uninterrupted_job(tmp_path):
+    """Stopped after step 3 of 7 (two epochs of 3 batches and one more: the stream position
+    crosses epochs), saved and restored with orbax, continued: the same parameters."""
+    examples = [
+        (f"room {i}: push the box {('up', 'left')[i % 2]}", f"<a>{i}</a>") for i in range(9)
+    ]
+    shape = preset(
+        "tiny",
+        vocab_size=320,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+    new_params = lambda: nnx.split(QwenForCausalLM(shape, rngs=nnx.Rngs(0)))[1]  # noqa: E731
+    tokenizer = train_tiny([p + r for p, r in examples], 300)
+    model = QwenForCausalLM(shape, rngs=nnx.Rngs(0))
+    job = prepare_sft(model, tokenizer, examples, steps=7, batch_size=3)
+    assert job.num_batches == 3 and job.position(3) == (1, 0) and job.position(7) == (2, 1)
+    uninterrupted, history = job.run(job.start(new_params()))
+    assert len(history) == 7
+
+    checkpointer = Checkpointer(tmp_path, keep=1)
+
+    def stop_after_three(s: CloneState):
+        if s.step == 3:
+            checkpointer.save(3, {"params": s.params, "opt_state": s.opt_state}, force=True)
+            checkpointer.wait()
+            raise Stop
+
+    with pytest.raises(Stop):
+        job.run(job.start(new_params()), after_step=stop_after_three)
+    fresh = job.start(new_params())
+    target = abstract_like({"params": fresh.params, "opt_state": fresh.opt_state})
+    tree, _ = checkpointer.restore(target, 3)
+    checkpointer.close()
+    continued, rest = job.run(CloneState(tree["params"], tree["opt_state"], 3))
+    assert [row["step"] for row in rest] == [3.0, 4.0, 5.0, 6.0]
+    assert [row["loss"] for row in rest] == [row["loss"] for row in history[3:]]
+    for got, want in zip(
+        jax.tree.leaves(continued.params), jax.tree.leaves(uninterrupted.params), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
