@@ -7,18 +7,32 @@ step and the jitted loss + gradient, printing what each stage produced.
 
 The trainer's subcommands (``train``, ``sft``, ``eval``, ``gen-data``) are in
 :mod:`arlarena_jax.train.commands`.
+
+:func:`main` is the error boundary of every subcommand: an error ends the command with one line on
+stderr, ``arlarena: <message>`` and exit status 2 for an error the user can fix (a config key, a
+model directory, a checkpoint, a path), or ``arlarena: unexpected error <Type>: ...`` and status 1
+naming the log file that holds the traceback (``run_dir/error.log`` or a temp file). ``arlarena
+--debug <command>`` prints the traceback to stderr instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shlex
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.objectives import dynamic_sampling, presets
 from arlarena_jax.objectives.compose import Objective
 from arlarena_jax.objectives.host import HostTurn, collate
@@ -153,6 +167,12 @@ def convert_tokenizer(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arlarena", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print its traceback to stderr (otherwise it goes to a log file: "
+        "run_dir/error.log, or a temp file the error line names)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("demo", help="compose a method and evaluate it on a turn batch")
     run.add_argument("--method", default="sampo", choices=sorted(presets.PRESETS))
@@ -180,9 +200,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_USER_ERROR = 2  # a bad config, model, checkpoint or path: the one line says what to fix
+EXIT_INTERNAL_ERROR = 1  # anything else: a bug; the line names the log holding the traceback
+
+
+def _is_user_error(error: Exception) -> bool:
+    """A bad config (ConfigError, model loading included), a checkpoint that does not fit
+    (CheckpointError) or a file or directory that cannot be read or written (OSError)."""
+    checkpoint = sys.modules.get("arlarena_jax.train.checkpoint")  # not loaded: not its error
+    checkpoint_error = getattr(checkpoint, "CheckpointError", ConfigError)
+    return isinstance(error, ConfigError | checkpoint_error | OSError)
+
+
+def _one_line(error: Exception) -> str:
+    """The error's message on one line (an OSError's reason and file)."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        text = f"{error.strerror}: {error.filename}"
+    else:
+        text = str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or ["(no message)"]
+    return lines[0] + (" ..." if len(lines) > 1 else "")
+
+
+def _write_log(
+    error: Exception, argv: Sequence[str], run_dir: str | None, temp: bool
+) -> str | None:
+    """Append the command and the traceback to ``run_dir/error.log`` when the run directory
+    exists, else (when ``temp``) to a new temp file; its path, or None."""
+    text = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} arlarena {shlex.join(argv)}\n" + "".join(
+        traceback.format_exception(error)
+    )
+    if run_dir is not None and Path(run_dir).is_dir():
+        path = Path(run_dir) / "error.log"
+        with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as log:
+            log.write(text)
+            return str(path)
+    if not temp:
+        return None
+    with contextlib.suppress(OSError):
+        fd, name = tempfile.mkstemp(prefix="arlarena-error-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as log:
+            log.write(text)
+        return name
+    return None
+
+
+def report_error(error: Exception, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Print one line for ``error`` and return the exit status. The traceback goes to stderr
+    with ``--debug``; otherwise to a log (see :func:`_write_log`): for an unexpected error always,
+    named in the line; for a user error other than a ConfigError (whose line says it all) to the
+    run directory's ``error.log`` when there is one."""
+    if isinstance(error, BrokenPipeError):  # stdout's reader went away (`| head`): no report
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INTERNAL_ERROR
+    user = _is_user_error(error)
+    log = None
+    if args.debug:
+        traceback.print_exception(error, file=sys.stderr)
+    elif not isinstance(error, ConfigError):
+        log = _write_log(error, argv, getattr(args, "run_dir", None), temp=not user)
+    if user:
+        print(f"arlarena: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    where = f"traceback in {log}" if log else "traceback above"
+    if log is None and not args.debug:
+        where = "rerun with --debug for the traceback"
+    print(
+        f"arlarena: unexpected error {type(error).__name__}: {_one_line(error)} ({where})",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL_ERROR
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand; every error ends it in one line on stderr and exit status 2 (a user
+    error) or 1 (unexpected), see :func:`report_error`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except Exception as error:
+        raise SystemExit(report_error(error, args, argv)) from None
 
 
 if __name__ == "__main__":

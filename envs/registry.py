@@ -48,6 +48,9 @@ class EnvSpec:
     * ``method_settings``: per method preset, hyper-parameter overrides from this
       environment's release scripts (``{method: {field: value}}``).
     * ``commands(subparsers)``: adds the environment's own ``arlarena`` subcommands (optional).
+    * ``ignores``: the common ``env`` keys the environment does not read, each with the reason
+      (``{"num_workers": "its batch runs in-process"}``); the CLI warns when one is set away from
+      its default.
     """
 
     name: str
@@ -60,13 +63,14 @@ class EnvSpec:
     paper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     method_settings: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     commands: Callable[[Any], None] | None = None
+    ignores: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.isidentifier():
             raise ValueError(f"environment name must be an identifier, got {self.name!r}")
         if not self.formats:
             raise ValueError(f"environment {self.name!r} needs at least one prompt format")
-        for field in ("formats", "paper", "method_settings"):
+        for field in ("formats", "paper", "method_settings", "ignores"):
             frozen = MappingProxyType(dict(getattr(self, field)))
             object.__setattr__(self, field, frozen)
 

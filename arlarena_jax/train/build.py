@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
@@ -26,7 +27,7 @@ from arlarena_jax.objectives.compose import Input, Objective, check_requirements
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.sampler import Engine, EngineConfig
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
-from arlarena_jax.train.config import Config, ConfigError, method_settings
+from arlarena_jax.train.config import Config, ConfigError, check_mesh_devices, method_settings
 from envs import registry
 from envs.base import EnvBatch
 from envs.registry import EnvSpec
@@ -94,10 +95,12 @@ def build_tokenizer(config: Config) -> Any:
 
 
 def build_mesh(config: Config) -> Mesh | None:
-    """The device mesh of ``config.mesh`` (None for a single device)."""
+    """The device mesh of ``config.mesh`` (None for a single device); a mesh that does not span
+    the available devices is a one-line ConfigError naming the mesh keys and the device count."""
     m = config.mesh
     if m.data * m.fsdp * m.tensor == 1:
         return None
+    check_mesh_devices(m, jax.device_count())
     return make_mesh(data=m.data, fsdp=m.fsdp, tensor=m.tensor)
 
 
@@ -106,13 +109,18 @@ def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
     fits the tokenizer (rounded up to a multiple of 64)."""
     dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
     if config.model.path is not None:
-        return load_pretrained(
-            config.model.path,
-            mesh=mesh,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            remat=config.model.remat,
-        )
+        try:
+            return load_pretrained(
+                config.model.path,
+                mesh=mesh,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                remat=config.model.remat,
+            )
+        except (OSError, ValueError) as error:  # hf_io names the file or the tensor
+            raise ConfigError(
+                f"config key 'model.path': cannot load the model in {config.model.path}: {error}"
+            ) from error
     vocab = 64 * math.ceil(len(tokenizer) / 64)
     shape = preset(config.model.name)
     if vocab > shape.vocab_size:

@@ -1,7 +1,8 @@
 """The trainer's subcommands of the ``arlarena`` CLI: ``train``, ``sft``, ``eval``, ``gen-data``.
 
 Each takes a YAML config and dotted overrides (``trainer.total_steps=50 optim.lr=1e-5``); a bad
-config fails with one line naming the key before anything is built or compiled.
+config fails with one line naming the key before anything is built or compiled (the error
+boundary of ``arlarena_jax.cli.main`` prints it; exit status 2).
 ``--print-config`` prints the resolved configuration (what the run would dump) and exits.
 """
 
@@ -10,63 +11,96 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from arlarena_jax.train.config import ConfigError, resolve
+from arlarena_jax.train.config import DEVICE_COUNT, Config, ignored_env_keys, resolve
 from arlarena_jax.train.config_io import dumps_config, load_config
-from arlarena_jax.train.distributed import initialize_if_distributed
+from arlarena_jax.train.distributed import distributed_settings, initialize_if_distributed
 
 
 @contextlib.contextmanager
 def _one_line_config_errors():
-    """A ConfigError found once the run has started (e.g. no demonstration succeeded) ends the
-    command with its one line, as at load time."""
+    """Errors of a started run end the command in ``arlarena_jax.cli.main``'s error boundary,
+    as at load time: one line (a ConfigError's names its key), the traceback in a log file or,
+    with ``--debug``, on stderr."""
+    yield
+
+
+def _device_counter() -> Callable[[], int] | None:
+    """``jax.device_count`` for the mesh check while the config loads; None (checked when the
+    mesh is built) when launched as several processes, whose devices are known only after
+    ``jax.distributed.initialize``."""
+    import jax
+
     try:
-        yield
-    except ConfigError as error:
-        print(f"arlarena: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        single = distributed_settings(os.environ) is None
+    except ValueError:
+        single = False
+    return jax.device_count if single else None
 
 
-def _config(args: argparse.Namespace, extra: list[str] = (), *, training: bool = True):  # type: ignore[assignment]
-    """The checked config; a bad key, a method the trainer cannot run or missing environment
-    data (ALFWorld games) stops here with one line."""
-    from arlarena_jax.train import build
+def _config(
+    args: argparse.Namespace,
+    extra: Sequence[str] = (),
+    *,
+    training: bool = True,
+    runs: bool = True,
+) -> Config:
+    """The checked config; a bad key, a method the trainer cannot run, missing environment data
+    (ALFWorld games) or, for a command that ``runs`` the model (train, sft, eval), a mesh larger
+    than the devices, a missing model or tokenizer directory, an unwritable run directory or
+    checkpoints of another model stop here with one ConfigError line. Keys the environment
+    ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
+    from arlarena_jax.train import build, preflight
 
+    checks_mesh = runs and not getattr(args, "print_config", False)
+    token = DEVICE_COUNT.set(_device_counter() if checks_mesh else None)
     try:
         config = load_config(args.config, [*args.overrides, *extra])
-        build.build_objective(config)
-        if getattr(args, "print_config", False):
-            print(dumps_config(resolve(config)), end="")
-            raise SystemExit(0)
-        build.check_data(config, training=training)
-        return config
-    except ConfigError as error:
-        print(f"arlarena: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    finally:
+        DEVICE_COUNT.reset(token)
+    args.run_dir = resolve(config).trainer.run_dir
+    build.build_objective(config)
+    for warning in ignored_env_keys(config):
+        print(f"arlarena: warning: {warning}", file=sys.stderr)
+    if getattr(args, "print_config", False):
+        print(dumps_config(resolve(config)), end="")
+        raise SystemExit(0)
+    if runs:
+        preflight.check_paths(config)
+        preflight.check_checkpoints(config)
+    build.check_data(config, training=training)
+    return config
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """Cloning (if enabled) then RL; resumes from the run directory's newest checkpoint."""
+    """Cloning (if enabled) then RL; resumes from the run directory's newest checkpoint (or a
+    stopped cloning's). Status 75 when stopped by SIGTERM or SIGINT after saving."""
     config = _config(args)
     initialize_if_distributed()
-    from arlarena_jax.train.loop import summary_table, train
-
-    with _one_line_config_errors():
-        summary = train(config)
-    print(summary_table(summary))
-    return 0
+    return _train_and_report(config)
 
 
 def sft_command(args: argparse.Namespace) -> int:
     """Behaviour cloning only: clone, evaluate, save the cloned policy as step 0."""
     config = _config(args, ["sft.enabled=true", "trainer.total_steps=0"])
     initialize_if_distributed()
-    from arlarena_jax.train.loop import summary_table, train
+    return _train_and_report(config)
+
+
+def _train_and_report(config: Config) -> int:
+    """Train; print the summary table (status 0), or, when SIGTERM or SIGINT stopped the run
+    after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume)."""
+    from arlarena_jax.train.loop import EXIT_STOPPED, stop_line, summary_table, train
 
     with _one_line_config_errors():
         summary = train(config)
+    if summary.stopped is not None:
+        print(stop_line(summary), file=sys.stderr, flush=True)
+        return EXIT_STOPPED
     print(summary_table(summary))
     return 0
 
@@ -88,7 +122,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def gen_data_command(args: argparse.Namespace) -> int:
     """Write expert demonstrations (prompt, reply) as JSON lines."""
-    config = _config(args)
+    config = _config(args, runs=False)
     from arlarena_jax.train import build
 
     seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + args.episodes)

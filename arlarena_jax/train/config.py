@@ -17,10 +17,11 @@ Batch semantics follow verl (docs/environments.md §1.1): ``env.train_batch_size
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from arlarena_jax.errors import ConfigError
@@ -177,6 +178,38 @@ class Config:
     monitor: MonitorSettings = dataclasses.field(default_factory=MonitorSettings)
 
 
+# How many devices the mesh may span, asked only when the mesh spans more than one: unset (the
+# default) skips the check, so validation needs no devices; the CLI sets ``jax.device_count``
+# while it loads a config, so a mesh too large is reported before the batch splits over it.
+DEVICE_COUNT: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar(
+    "arlarena_device_count", default=None
+)
+
+
+def check_mesh_devices(mesh: MeshConfig, devices: int) -> None:
+    """A mesh of more than one device must span exactly the ``devices`` there are."""
+    size = mesh.data * mesh.fsdp * mesh.tensor
+    if size != 1 and size != devices:
+        hint = "set them to 1" if devices == 1 else f"their product must be {devices}, or 1"
+        _fail(
+            "mesh",
+            f"mesh.data*mesh.fsdp*mesh.tensor = {mesh.data}*{mesh.fsdp}*{mesh.tensor} = {size} "
+            f"devices, but {devices} {'is' if devices == 1 else 'are'} available ({hint})",
+        )
+
+
+def ignored_env_keys(config: Config) -> list[str]:
+    """One warning line for each common ``env`` key set away from its default that the chosen
+    environment ignores (its ``EnvSpec.ignores``)."""
+    spec = registry.get(config.env.name)
+    defaults = EnvCommon()
+    return [
+        f"config key 'env.{key}' has no effect for env {spec.name!r} ({reason})"
+        for key, reason in spec.ignores.items()
+        if getattr(config.env, key) != getattr(defaults, key)
+    ]
+
+
 def _fail(key: str, message: str) -> None:
     raise ConfigError(f"config key {key!r}: {message}")
 
@@ -313,6 +346,9 @@ def validate(config: Config) -> Config:
             f"{trainer.micro_batch_size}",
         )
     _at_least(mesh, "mesh", 1, "data", "fsdp", "tensor")
+    devices = DEVICE_COUNT.get()
+    if devices is not None and mesh.data * mesh.fsdp * mesh.tensor > 1:
+        check_mesh_devices(mesh, devices())
     shards = mesh.data * mesh.fsdp
     for key, rows in (
         ("trainer.micro_batch_size", trainer.micro_batch_size),

@@ -103,4 +103,5 @@ ALFWORLD = EnvSpec(
     tokenizer_episodes=32,
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 50, "history_length": 2},
     commands=add_commands,
+    ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
 )

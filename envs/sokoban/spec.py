@@ -66,4 +66,9 @@ SOKOBAN = EnvSpec(
     settings=SokobanConfig,
     tokenizer_episodes=256,
     paper={"train_batch_size": 32, "group_size": 8, "max_turns": 15, "history_length": 2},
+    ignores={
+        "num_workers": "its batch runs in-process",
+        "step_timeout_s": "its batch runs in-process",
+        "data_path": "its rooms are generated",
+    },
 )
