@@ -206,3 +206,38 @@ def test_a_cloning_job_continued_from_its_saved_state_equals_the_uninterrupted_j
         jax.tree.leaves(continued.params), jax.tree.leaves(uninterrupted.params), strict=True
     ):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+class SignalOnEntering:
+    """A stand-in for the PreemptionGuard whose SIGTERM arrives as the run enters ``phase``
+    (the phases without a log line to wait for: demonstrations, export)."""
+
+    signal = signal.SIGTERM
+
+    def __init__(self, phase: str) -> None:
+        self.phase, self.run = phase, None
+
+    @property
+    def requested(self) -> bool:
+        return self.run is not None and self.run.phase == self.phase
+
+
+@pytest.mark.parametrize(("phase", "at"), [("demonstrations", ""), ("export", " at step 1 of 1")])
+def test_a_stop_during_demonstrations_or_export_saves_and_the_next_start_finishes(
+    shared, tmp_path, monkeypatch, phase, at
+):
+    config = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.export_hf=true"])
+    guard = SignalOnEntering(phase)
+    original_init = Run.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        guard.run = self
+
+    monkeypatch.setattr(Run, "__init__", init)
+    summary = train(config, console=False, guard=guard)
+    assert summary.stopped == f"SIGTERM during {phase}{at}"
+    assert not (tmp_path / "hf").exists()  # the export had not begun
+    monkeypatch.undo()
+    finished = train(config, console=False)
+    assert finished.stopped is None and finished.steps == 1 and (tmp_path / "hf").is_dir()

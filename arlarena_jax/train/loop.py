@@ -27,6 +27,7 @@ The pieces live in :class:`~arlarena_jax.train.run.Run`; this module reads top t
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from arlarena_jax.train.checkpoint import PreemptionGuard
@@ -36,9 +37,12 @@ from arlarena_jax.train.run import Run, Stopped, Summary
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
 
 
-def train(config: Config, *, console: bool = True) -> Summary:
-    """Run (or resume) the whole job described by ``config`` (see module doc)."""
-    with PreemptionGuard(sigint=True) as guard, Run(config, console=console, guard=guard) as run:
+def train(config: Config, *, console: bool = True, guard: Any = None) -> Summary:
+    """Run (or resume) the whole job described by ``config`` (see module doc). ``guard``: what
+    tells a stop was asked (``requested``, ``signal``); default a :class:`PreemptionGuard` on
+    SIGTERM and SIGINT for the duration of the run."""
+    own = PreemptionGuard(sigint=True) if guard is None else contextlib.nullcontext(guard)
+    with own as guard, Run(config, console=console, guard=guard) as run:
         try:
             run.start()
             while not run.done:
