@@ -170,6 +170,7 @@ class Run:
         self.tokenizer = build.build_tokenizer(config)
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
         self.objective = build.build_objective(config)
+        self.task_format = build.task_format(config)  # the env's prompts, looked up once
         self.optimizer = rl_optimizer(config)
         self.checkpointer = self._closing.enter_context(
             Checkpointer(
@@ -287,7 +288,6 @@ class Run:
         c, sft = self.config, self.config.sft
         self.phase = "demonstrations"
         seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
-        build.env_spec(c)
         demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
         if not demos:
             raise ConfigError(
@@ -399,7 +399,7 @@ class Run:
         self.engine.update_params(self.train_state().params)
         metrics, _ = evaluate(
             self.envs("eval"),
-            build.task_format(c),
+            self.task_format,
             eval_policy(self.policy, c),
             seeds=eval_seeds(c),
             max_turns=c.env.max_turns,
@@ -448,7 +448,7 @@ class Run:
         with timer("rollout"):
             rollout, last, tries = collect_batch(
                 self.envs("train"),
-                build.task_format(c),
+                self.task_format,
                 self.policy,
                 self.objective,
                 group_seeds=lambda _: self.rng.integers(0, 2**30, c.env.train_batch_size),
@@ -473,7 +473,7 @@ class Run:
             self.engine.update_params(state.params)
         seconds = timer.seconds  # the rollout's non-environment part: prompts, sampling
         seconds["rollout/policy"] = seconds["rollout"] - seconds["rollout/env"]
-        episode_metrics = build.task_format(c).episode_metrics
+        episode_metrics = self.task_format.episode_metrics
         metrics |= rollout_metrics(last, episode_metrics=episode_metrics) | timer.metrics()
         metrics["batch/gen_tries"] = float(tries)
         metrics["perf/response_tokens_per_s"] = metrics["batch/response_tokens"] / max(
