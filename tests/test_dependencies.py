@@ -18,6 +18,7 @@ seen this way: ``.ci/run`` catches those by installing into fresh virtual enviro
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.metadata
 import re
 import sys
@@ -51,7 +52,14 @@ def declared(*groups: str) -> set[str]:
 
 def imports(path: Path) -> list[tuple[str, bool]]:
     """(top-level module, at module level) of each import and importorskip in a file."""
-    tree = ast.parse(path.read_text(), str(path))
+    # No collection while the AST is built: a finalizer run inside ast.parse (e.g. of a coroutine
+    # an earlier test abandoned) trips CPython 3.11's "AST constructor recursion depth mismatch".
+    gc.collect()
+    gc.disable()
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    finally:
+        gc.enable()
     top_level = {id(node) for node in tree.body}
     found = []
     for node in ast.walk(tree):
