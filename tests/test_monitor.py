@@ -79,7 +79,7 @@ def corrupt(key, fn, start=COLLAPSE, stop=STEPS):
     ],
 )
 def test_each_signature_fires(kind, stream):
-    monitor, events = run(stream, MonitorSettings(clipfrac_bound=0.2))
+    monitor, events = run(stream, MonitorSettings(clipfrac_bound=0.2, log_ratio_bound=0.2))
     assert events, kind
     assert {e.kind for e in events} == {kind}
     first = events[0]
@@ -207,3 +207,16 @@ def test_a_disabled_monitor_judges_nothing():
     monitor, events = run(stream, MonitorSettings(enabled=False, rollback=True))
     assert events == [] and monitor.healthy and monitor.consecutive_bad == 0
     assert not monitor.should_rollback
+
+
+def test_the_default_entropy_key_is_the_one_this_trainer_logs():
+    """``actor/entropy`` (what the trainer logs) is judged by default: 1.0 for 5 steps, then
+    0.1 < 0.2 · 1.0 fires entropy_collapse at step 5; ``actor/delta_log_prob`` is off by default
+    (not logged here) even when it drifts."""
+    monitor = StabilityMonitor(MonitorSettings())
+    kinds = []
+    for step in range(8):
+        h = 1.0 if step < 5 else 0.1
+        events = monitor.observe(step, {"actor/entropy": h, "actor/delta_log_prob": 5.0})
+        kinds += [(e.step, e.kind) for e in events]
+    assert kinds[0] == (5, "entropy_collapse") and {k for _, k in kinds} == {"entropy_collapse"}

@@ -245,6 +245,8 @@ class Preset:
     knobs: tuple[str, ...]
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     doc: str = ""
+    dimension: str = "other"  # the paper's axis of study (PAPER_DIMENSIONS), "other" outside it
+    paper_name: str = ""  # how the paper's table writes it ("DAPO_GiGPO"); "" outside the table
 
 
 NO_KL = {"use_kl_loss": False}
@@ -317,6 +319,35 @@ PRESETS: dict[str, Preset] = {
         ppo, GENERIC + DUAL_CLIP + ("gamma", "gae_lambda"), NO_KL, "GAE from a critic, no KL"
     ),
 }
+
+
+# The paper's results table, in its row order: method → (dimension, the name the table prints).
+# GRPO_SM is in the paper's summary table only; it belongs with the other sequence masks.
+PAPER_METHODS: dict[str, tuple[str, str]] = {
+    "grpo": ("base", "GRPO"),
+    "grpo_st": ("loss aggregation", "GRPO_ST"),
+    "sapo": ("importance sampling", "SAPO"),
+    "sapo_sm": ("importance sampling", "SAPO_SM"),
+    "cispo": ("importance sampling", "CISPO"),
+    "cispo_sm": ("importance sampling", "CISPO_SM"),
+    "gspo": ("importance sampling", "GSPO"),
+    "grpo_sm": ("importance sampling", "GRPO_SM"),
+    "gigpo": ("advantage", "GiGPO"),
+    "empg": ("advantage", "EMPG"),
+    "dapo_grpo": ("dynamic sampling", "DAPO_GRPO"),
+    "dapo_gigpo": ("dynamic sampling", "DAPO_GiGPO"),
+    "sampo": ("ours (SAMPO)", "SAMPO"),
+}
+PAPER_DIMENSIONS = (
+    "base",
+    "loss aggregation",
+    "importance sampling",
+    "advantage",
+    "dynamic sampling",
+    "ours (SAMPO)",
+)
+for _key, (_dimension, _name) in PAPER_METHODS.items():
+    PRESETS[_key] = dataclasses.replace(PRESETS[_key], dimension=_dimension, paper_name=_name)
 
 
 def preset_key(name: str) -> str:

@@ -262,6 +262,51 @@ def verify_step(path: str | Path | epath.Path) -> str | None:
     return None
 
 
+def read_params(
+    directory: str | Path, step: int, abstract_params: PyTree, *, key: str = "params"
+) -> tuple[PyTree, dict]:
+    """``(params, host_state)`` of the checkpoint ``directory/step`` written by any run: only the
+    ``key`` subtree of its train state is read (an orbax partial restore), placed like
+    ``abstract_params`` (see :func:`abstract_like`), so a run of another method, whose optimizer
+    and objective state differ, can start from it. Reads, never writes, ``directory``."""
+    path = epath.Path(Path(directory).absolute()) / str(step)
+    where = f"checkpoint {path}"
+    problem = verify_step(path)
+    if problem is not None:
+        raise CheckpointError(f"{where} cannot be read: {problem}")
+    absl = logging.getLogger("absl")  # orbax warns that a sub-item has no metadata file of its own
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        stored = ocp.PyTreeCheckpointer().metadata(path / "state").item_metadata.tree
+    finally:
+        absl.setLevel(level)
+    if key not in stored:
+        raise CheckpointError(f"{where} has no {key!r} in its train state")
+    names = _names({key: abstract_params})
+    leaves, treedef = jax.tree_util.tree_flatten(abstract_params)
+    _check_arrays(names, leaves, "abstract_params")
+    shapes = {leaf.name: tuple(leaf.shape) for leaf in jax.tree_util.tree_leaves(stored[key])}
+    missing = sorted(set(names) - set(shapes))
+    if missing or len(shapes) != len(names):
+        first = missing[0] if missing else sorted(set(shapes) - set(names))[0]
+        raise CheckpointError(
+            f"{where}: its {key!r} do not match this model's (leaf {first!r} differs; "
+            f"{len(shapes)} stored, {len(names)} wanted)"
+        )
+    targets = [
+        _target(n, leaf, shapes[n], False, where) for n, leaf in zip(names, leaves, strict=True)
+    ]
+    target = {key: jax.tree_util.tree_unflatten(treedef, targets)}
+    restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
+    restored = ocp.PyTreeCheckpointer().restore(
+        path / "state",
+        args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
+    )
+    host = _json(path / "host" / "metadata", "host item")
+    return restored[key], host
+
+
 def _reason(err: BaseException) -> str:
     """One short line for an exception (its type and the start of its first line)."""
     text = str(err).strip().split("\n", 1)[0].split(" See full", 1)[0]

@@ -1,4 +1,5 @@
-"""The trainer's subcommands of the ``arlarena`` CLI: ``train``, ``sft``, ``eval``, ``gen-data``.
+"""The trainer's subcommands of the ``arlarena`` CLI: ``train``, ``sft``, ``eval``, ``export``,
+``gen-data``.
 
 Each takes a YAML config and dotted overrides (``trainer.total_steps=50 optim.lr=1e-5``); a bad
 config fails with one line naming the key before anything is built or compiled (the error
@@ -54,7 +55,7 @@ def _config(
     than the devices, a missing model or tokenizer directory, an unwritable run directory or
     checkpoints of another model stop here with one ConfigError line. Keys the environment
     ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
-    from arlarena_jax.train import build, preflight
+    from arlarena_jax.train import build, preflight, start
 
     checks_mesh = runs and not getattr(args, "print_config", False)
     token = DEVICE_COUNT.set(_device_counter() if checks_mesh else None)
@@ -72,6 +73,7 @@ def _config(
     if runs:
         preflight.check_paths(config)
         preflight.check_checkpoints(config)
+        start.check_start(config)
     build.check_data(config, training=training)
     return config
 
@@ -120,6 +122,31 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_command(args: argparse.Namespace) -> int:
+    """Export a run's newest checkpoint as a Hugging Face directory (default ``RUN_DIR/hf``), from
+    the run's own ``config.yaml``: any run, a sweep's included, exports on its own."""
+    from flax import nnx
+
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train.config_io import load_config
+    from arlarena_jax.train.export import export_hf
+    from arlarena_jax.train.run import Run
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    config = load_config(run_dir / "config.yaml", [f"trainer.run_dir={run_dir}"])
+    args.run_dir = str(run_dir)
+    with Run(config, console=False) as run:
+        step = run.resume()
+        if step is None:
+            raise ConfigError(f"{run_dir} has no checkpoint to export")
+        nnx.update(run.model, run.train_state().params)
+        out = export_hf(args.out or run_dir / "hf", run.model, run.tokenizer, run.config)
+    print(f"exported checkpoint step {step} of {run_dir} to {out}")
+    return 0
+
+
 def gen_data_command(args: argparse.Namespace) -> int:
     """Write expert demonstrations (prompt, reply) as JSON lines."""
     config = _config(args, runs=False)
@@ -138,6 +165,12 @@ def gen_data_command(args: argparse.Namespace) -> int:
 
 def add_commands(commands) -> None:
     """Register the subcommands on the ``arlarena`` parser's subparsers."""
+    export = commands.add_parser(
+        "export", help="export a run's newest checkpoint as a Hugging Face directory"
+    )
+    export.add_argument("run_dir", help="a run directory (holds config.yaml and checkpoints/)")
+    export.add_argument("--out", default=None, help="output directory (default: RUN_DIR/hf)")
+    export.set_defaults(handler=export_command)
     for name, handler, text in (
         ("train", train_command, "behaviour cloning (if enabled) then RL, resumable"),
         ("sft", sft_command, "behaviour cloning only"),

@@ -138,6 +138,9 @@ class SFTConfig:
     batch_size: int = 16
     optim: OptimConfig = SFT_OPTIM
     seed: int = 0
+    # a run directory written by `arlarena sft` (a shared start, arlarena_jax/train/start.py):
+    # take its cloned policy (checkpoint step 0) and its evaluation instead of cloning
+    init_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -296,17 +296,16 @@ def apply_overrides(config: Config, overrides: Sequence[str]) -> Config:
     return config_from_dict(data)
 
 
-def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
-    path = path.resolve()
-    if path in chain:
-        raise ConfigError(f"config file {str(path)!r}: include cycle via {INCLUDE_KEY!r}")
+def read_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
+    """The YAML mapping in ``path`` (duplicate keys refused), or one :class:`ConfigError` line
+    naming the file and what is wrong with it (unreadable, not UTF-8, invalid YAML, empty)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"config file {str(path)!r}: cannot read ({exc.strerror})") from None
+        raise ConfigError(f"{what} {str(path)!r}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            f"config file {str(path)!r}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"{what} {str(path)!r}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
             f"offset {exc.start})"
         ) from None
     try:
@@ -315,11 +314,19 @@ def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise ConfigError(f"config file {str(path)!r}: invalid YAML{where}: {problem}") from None
+        raise ConfigError(f"{what} {str(path)!r}: invalid YAML{where}: {problem}") from None
     if data is None:
-        raise ConfigError(f"config file {str(path)!r}: empty (no sections, only comments)")
+        raise ConfigError(f"{what} {str(path)!r}: empty (no sections, only comments)")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r}: expected a mapping, got {_got(data)}")
+        raise ConfigError(f"{what} {str(path)!r}: expected a mapping, got {_got(data)}")
+    return data
+
+
+def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    path = path.resolve()
+    if path in chain:
+        raise ConfigError(f"config file {str(path)!r}: include cycle via {INCLUDE_KEY!r}")
+    data = read_mapping(path)
     bases = data.pop(INCLUDE_KEY, [])
     bases = [bases] if isinstance(bases, str) else bases
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
@@ -336,6 +343,14 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     for item in [overrides] if isinstance(overrides, str) else overrides:
         data = _override(data, item)
     return config_from_dict(data)
+
+
+def override_text(key: str, value: Any) -> str:
+    """``key=value`` as a dotted override that :func:`load_config` reads back to ``value`` (the
+    value as one line of YAML flow style; None as ``null``)."""
+    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, width=10**6).strip()
+    text = text.removesuffix("...").strip()
+    return f"{key}={text}"
 
 
 def dumps_config(config: Config) -> str:

@@ -232,7 +232,7 @@ DEFAULT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("grad", ("actor/grad_norm", "grad_norm")),
     ("kl", ("actor/ppo_kl",)),
     ("kl_ref", ("actor/kl_loss",)),
-    ("entropy", ("actor/entropy_loss", "actor/new_log_prob_entropy")),
+    ("entropy", ("actor/entropy", "actor/entropy_loss", "actor/new_log_prob_entropy")),
 )
 
 

@@ -9,9 +9,12 @@ The reference spec lists the detectors implemented here, each on the step's redu
 - ``grad_norm_spike``: g_t > factor · median(g_{t−W} … g_{t−1}) (after ``min_history`` steps);
 - ``format_drop``: f_t < max_{s<t} f_s − drop, f = ``episode/valid_response_format_ratio``;
 - ``kl_drift``: |``actor/ppo_kl``| or |``actor/kl_loss``| > bound;
-- ``log_ratio_drift``: |``actor/delta_log_prob``| (mean of lp − lp_old) > bound;
+- ``log_ratio_drift``: |``actor/delta_log_prob``| (mean of lp − lp_old) > bound; off by default:
+  this trainer does not log that key (its masked mean is −``actor/ppo_kl``, which ``kl_drift``
+  watches); it is for logs that carry it;
 - ``entropy_collapse`` / ``entropy_blowup``: H_t < fraction · H_0 or H_t > factor · H_0, H_0 the
-  first value of ``actor/new_log_prob_entropy`` or ``actor/entropy_loss``;
+  first value of the first of ``actor/entropy`` (the policy's token entropy, as this trainer
+  logs it), ``actor/new_log_prob_entropy`` or ``actor/entropy_loss`` (verl's names) present;
 - ``clipfrac_high`` (off by default): ``actor/pg_clipfrac`` > bound.
 
 A step with an event is bad. After ``rollback_after`` bad steps in a row the monitor recommends a
@@ -52,7 +55,7 @@ class MonitorSettings:
     grad_norm_spike_factor: float | None = 5.0
     format_drop: float | None = 0.15  # below the running best by more than this
     kl_bound: float | None = 0.05
-    log_ratio_bound: float | None = 0.2
+    log_ratio_bound: float | None = None  # actor/delta_log_prob is not logged here (see above)
     entropy_collapse_fraction: float | None = 0.2  # of the first value
     entropy_blowup_factor: float | None = 3.0  # times the first value
     clipfrac_bound: float | None = None
@@ -62,7 +65,11 @@ class MonitorSettings:
     format_key: str = "episode/valid_response_format_ratio"
     kl_keys: tuple[str, ...] = ("actor/ppo_kl", "actor/kl_loss")
     log_ratio_key: str = "actor/delta_log_prob"
-    entropy_keys: tuple[str, ...] = ("actor/new_log_prob_entropy", "actor/entropy_loss")
+    entropy_keys: tuple[str, ...] = (
+        "actor/entropy",
+        "actor/new_log_prob_entropy",
+        "actor/entropy_loss",
+    )
     clipfrac_key: str = "actor/pg_clipfrac"
     finite_keys: tuple[str, ...] = (
         "actor/pg_loss",

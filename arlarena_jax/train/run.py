@@ -46,7 +46,12 @@ from arlarena_jax.objectives.compose import Input
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
-from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstract_like
+from arlarena_jax.train.checkpoint import (
+    Checkpointer,
+    PreemptionGuard,
+    abstract_like,
+    read_params,
+)
 from arlarena_jax.train.config import Config, ConfigError, resolve
 from arlarena_jax.train.config_io import dump_config
 from arlarena_jax.train.demos import demonstrations
@@ -57,6 +62,7 @@ from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
 from arlarena_jax.train.rl import UpdateSetup, cached, collect_batch, update_policy
 from arlarena_jax.train.sft import CloneState, SFTJob, prepare_sft
+from arlarena_jax.train.start import START_STEP
 from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
 
 
@@ -83,12 +89,13 @@ class TrainState:
 @dataclasses.dataclass
 class HostState:
     """The checkpointed host state: the step, the task-seed RNG, the sampler's call counter and
-    the held-out success after cloning."""
+    the held-out success after cloning (and every ``val/…`` metric of that evaluation)."""
 
     step: int = 0
     rng: dict | None = None
     policy_calls: int = 0
     sft_success: float | None = None
+    start_eval: dict[str, float] | None = None  # val/… of the starting policy (step 0)
 
 
 @dataclasses.dataclass
@@ -329,6 +336,20 @@ class Run:
             print(f"cloning done: loss {metrics['sft/final_loss']:.4f}", flush=True)
         return metrics
 
+    def adopt_start(self) -> None:
+        """Take the cloned policy of the shared start in ``sft.init_from`` (its checkpoint step 0,
+        parameters only) instead of cloning, and its held-out evaluation, when it saved one."""
+        directory = Path(self.config.sft.init_from)
+        _, params = nnx.split(self.model)
+        params, host = read_params(directory / "checkpoints", START_STEP, abstract_like(params))
+        nnx.update(self.model, params)
+        self.state, self._cloned = None, True  # rebuilt from the start's parameters
+        if host.get("start_eval") is not None:
+            self.host.sft_success, self.host.start_eval = host["sft_success"], host["start_eval"]
+        self.writer.text(0, "start", f"cloned policy of the shared start {directory.absolute()}")
+        if self.console:
+            print(f"starting from the cloned policy of {directory}", flush=True)
+
     def _cloning_start(self, job: SFTJob) -> CloneState:
         """The state a stopped cloning saved in ``run_dir/checkpoints_sft``, else the start."""
         _, params = nnx.split(self.model)
@@ -543,7 +564,7 @@ class Run:
         self.check_stop()
         resumed = self.resume()
         if resumed is None and c.sft.enabled:
-            self.clone()
+            self.adopt_start() if c.sft.init_from else self.clone()
         evaluates = c.trainer.eval_at_start or c.sft.enabled
         unevaluated = resumed == 0 and evaluates and self.host.sft_success is None
         if resumed is None or unevaluated:  # unevaluated: stopped during that evaluation
@@ -555,11 +576,14 @@ class Run:
         """Evaluate the starting policy (with cloning or ``trainer.eval_at_start``); save it as
         step 0 (with cloning, or as the first rollback target)."""
         c = self.config
-        if c.trainer.eval_at_start or c.sft.enabled:
+        if self.host.start_eval is not None:  # the shared start's evaluation of these parameters
+            self.writer.scalars(0, self.host.start_eval)
+        elif c.trainer.eval_at_start or c.sft.enabled:
             self.phase = "evaluation"
-            self.host.sft_success = self.evaluate(0)["val/success_rate"]
-            if self.console:
-                print(f"held-out success before RL: {100 * self.host.sft_success:.1f}%", flush=True)
+            self.host.start_eval = self.evaluate(0)
+            self.host.sft_success = self.host.start_eval["val/success_rate"]
+        if self.host.sft_success is not None and self.console:
+            print(f"held-out success before RL: {100 * self.host.sft_success:.1f}%", flush=True)
         if c.sft.enabled or (c.trainer.total_steps > 0 and c.monitor.rollback):
             if 0 in self.checkpointer.all_steps():  # saved by a stop during the evaluation
                 self.checkpointer.discard_after(-1)

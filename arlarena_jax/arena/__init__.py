@@ -1,0 +1,2 @@
+"""The arena: sweeps over methods, seeds and hyper-parameters from shared cloned starts, and
+their report."""

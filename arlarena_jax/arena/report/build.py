@@ -1,0 +1,59 @@
+"""Build a report: read the runs, group them, detect collapses, tabulate, plot, write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from arlarena_jax.arena.report.collapse import SuccessCollapse, detect
+from arlarena_jax.arena.report.groups import group_runs
+from arlarena_jax.arena.report.model import Report
+from arlarena_jax.arena.report.plots import plot_all
+from arlarena_jax.arena.report.runs import load_runs
+from arlarena_jax.arena.report.table import build_rows
+from arlarena_jax.arena.report.write import write_files
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.objectives.presets import preset_key
+
+
+def baseline_key(name: str) -> str:
+    """The baseline method's preset key; an unknown name raises a ConfigError."""
+    try:
+        return preset_key(name)
+    except ValueError as err:
+        raise ConfigError(f"baseline: {err}") from None
+
+
+def build_report(
+    paths: Iterable[Path],
+    out: Path,
+    *,
+    title: str = "ARLArena report",
+    baseline: str = "grpo",
+    rule: SuccessCollapse | None = None,
+    plots: bool = True,
+    embed_images: bool = False,
+    ignore_keys: Iterable[str] = (),
+) -> Report:
+    """Read every run at or below ``paths`` and write the report into ``out``: report.md,
+    report.html, summary.json, runs.csv and plots/*.png (``plots=False``: no figures).
+    ``ignore_keys``: dotted config keys that do not set groups apart (besides the seed, the run
+    directory and the cloned start)."""
+    base = baseline_key(baseline)
+    runs = load_runs(paths)
+    rule = rule or SuccessCollapse()
+    collapses = {str(r.path): detect(r, rule) for r in runs}
+    groups = group_runs(runs, ignore_keys)
+    collapsed = {path: c.collapsed for path, c in collapses.items()}
+    rows = build_rows(groups, collapsed, base)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(out, title, base, rule, runs, groups, rows, collapses)
+    if plots:
+        marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
+        report.plots = plot_all(groups, out / "plots", marks)
+    report.files = [
+        *write_files(report, embed_images=embed_images),
+        *(p.path for p in report.plots),
+    ]
+    return report

@@ -1,0 +1,134 @@
+"""Training collapse, recomputed offline from the logged metrics (older runs work too).
+
+Two sources of events, both with the step they fire at:
+
+- the trainer's :class:`~arlarena_jax.train.monitor.StabilityMonitor`, replayed: a fresh monitor
+  (the run config's ``monitor`` section, defaults where absent) observes each logged RL step's
+  metrics in order. Rollbacks are not replayed, and a non-finite metric is not logged at all, so
+  ``nonfinite`` fires offline only through ``actor/skipped_steps`` > 0.
+- ``success_collapse``: training success (``episode/success_rate``) averaged over the last
+  ``window`` logged steps falls more than ``drop`` (absolute) below the best such average so far,
+  once that best has reached ``min_best``. The average tames the noise of small batches; the
+  event's step is the first step at which the average has fallen that far.
+
+A run collapsed if any event fired; its first step and the kinds that fired are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Mapping
+
+import numpy as np
+
+from arlarena_jax.arena.report.events import Series
+from arlarena_jax.arena.report.runs import NOT_TRAINING, Run
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
+
+SUCCESS_KEY = "episode/success_rate"
+
+
+@dataclasses.dataclass(frozen=True)
+class SuccessCollapse:
+    """Thresholds of the ``success_collapse`` signature (see the module docstring)."""
+
+    drop: float = 0.25  # absolute fall of the windowed success below its running best
+    min_best: float = 0.2  # the best must have reached this before a fall counts
+    window: int = 5  # logged steps in the trailing average
+
+    def __post_init__(self) -> None:
+        if not (0 < self.drop <= 1 and 0 <= self.min_best <= 1 and self.window >= 1):
+            raise ConfigError(
+                f"success collapse: need 0 < drop <= 1, 0 <= min_best <= 1, window >= 1; got "
+                f"drop={self.drop}, min_best={self.min_best}, window={self.window}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One collapse signature firing."""
+
+    step: int
+    kind: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Collapse:
+    """A run's events; ``first_step`` and ``kinds`` (in order of first firing) summarise them."""
+
+    events: tuple[Event, ...]
+
+    @property
+    def collapsed(self) -> bool:
+        return bool(self.events)
+
+    @property
+    def first_step(self) -> int | None:
+        return min((e.step for e in self.events), default=None)
+
+    @property
+    def kinds(self) -> list[str]:
+        ordered = sorted(self.events, key=lambda e: e.step)
+        return list(dict.fromkeys(e.kind for e in ordered))
+
+
+def monitor_settings(run: Run) -> MonitorSettings:
+    """The run config's ``monitor`` section (unknown keys ignored; lists become tuples)."""
+    section = run.config.get("monitor") or {}
+    fields = {f.name for f in dataclasses.fields(MonitorSettings)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in section.items() if k in fields}
+    try:
+        settings = MonitorSettings(**values)
+        StabilityMonitor(settings)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{run.path / 'config.yaml'}: monitor section: {err}") from None
+    return settings
+
+
+def step_metrics(scalars: Mapping[str, Series]) -> dict[int, dict[str, float]]:
+    """``{step: {tag: value}}`` of the RL steps (no cloning or evaluation tags)."""
+    out: dict[int, dict[str, float]] = defaultdict(dict)
+    for tag, series in scalars.items():
+        if tag.startswith(NOT_TRAINING):
+            continue
+        for step, value in zip(series.steps.tolist(), series.values.tolist(), strict=True):
+            out[step][tag] = value
+    return dict(sorted(out.items()))
+
+
+def replay_monitor(run: Run, settings: MonitorSettings | None = None) -> list[Event]:
+    """The events a fresh monitor raises on the run's logged metrics, step by step."""
+    monitor = StabilityMonitor(settings or monitor_settings(run))
+    events = []
+    for step, metrics in step_metrics(run.scalars).items():
+        events += [Event(e.step, e.kind, e.message) for e in monitor.observe(step, metrics)]
+    return events
+
+
+def success_collapse(series: Series | None, rule: SuccessCollapse) -> list[Event]:
+    """The first ``success_collapse`` event of a training-success series (at most one)."""
+    if series is None or not len(series.steps):
+        return []
+    values = series.values
+    best = -np.inf
+    for i, step in enumerate(series.steps.tolist()):
+        mean = float(np.mean(values[max(0, i - rule.window + 1) : i + 1]))
+        if best >= rule.min_best and mean < best - rule.drop:
+            message = (
+                f"step {step}: success_collapse: {SUCCESS_KEY} mean over {rule.window} steps "
+                f"{mean:.3g} < best {best:.3g} − {rule.drop:g}"
+            )
+            return [Event(step, "success_collapse", message)]
+        best = max(best, mean)
+    return []
+
+
+def detect(run: Run, rule: SuccessCollapse | None = None) -> Collapse:
+    """Both signatures on one run."""
+    events = replay_monitor(run) + success_collapse(
+        run.scalars.get(SUCCESS_KEY), rule or SuccessCollapse()
+    )
+    return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))))

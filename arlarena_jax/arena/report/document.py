@@ -1,0 +1,160 @@
+"""The report's content as plain blocks (headings, text, tables, figures), for any renderer."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Sequence
+
+from arlarena_jax.arena.report.groups import method_info
+from arlarena_jax.arena.report.model import Report, run_records
+from arlarena_jax.arena.report.table import (
+    DASH,
+    SCORE_NOTES,
+    SUCCESS_KEY,
+    Row,
+    cell,
+    change_cell,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """Images as (path relative to the report folder, caption)."""
+
+    items: tuple[tuple[str, str], ...]
+
+
+Block = Heading | Paragraph | Bullets | Table | Figures
+
+
+def results_table(rows: Sequence[Row], baseline: str) -> Table:
+    """The paper-style table of one environment's groups (``baseline``: its display name)."""
+    key = rows[0].score_key
+    headers = ["Dimension", "Method", "n", "After cloning (%)", "Final success (%)"]
+    headers += [f"Δ vs {baseline}", "Best success (%)"]
+    headers += (["Final score", "Best score"] if key else []) + ["Collapsed seeds"]
+    body = []
+    for r in rows:
+        n = len(r.group.runs)
+        line = [r.group.dimension, r.group.label, str(n), cell(r.success["after_cloning"], n, 100)]
+        line += [cell(r.success["final"], n, 100), change_cell(r.change)]
+        line += [cell(r.success["best"], n, 100)]
+        if key:
+            line += [cell(r.score["final"], n, 1, 3), cell(r.score["best"], n, 1, 3)]
+        body.append((*line, f"{r.collapsed}/{n}"))
+    return Table(tuple(headers), tuple(body))
+
+
+def _at(value: float | None, step: int | None) -> str:
+    return DASH if value is None else f"{value:.1f} (step {step})"
+
+
+def runs_table(report: Report, env: str) -> Table:
+    """One line per run of ``env``."""
+    headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
+    headers += ("Collapse step", "Collapse kinds")
+    body = []
+    for rec in (r for r in run_records(report) if r["env"] == env):
+        state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
+        steps = f"{rec['last_step']}/{rec['total_steps'] or '?'}"
+        final = _at(rec["success_final"], rec["success_final_step"])
+        best = _at(rec["success_best"], rec["success_best_step"])
+        step = DASH if rec["collapse_step"] is None else str(rec["collapse_step"])
+        kinds = ", ".join(rec["collapse_kinds"]) or DASH
+        body.append((rec["run"], rec["label"], str(rec["seed"]), state, steps, final, best))
+        body[-1] += (step, kinds)
+    return Table(headers, tuple(body))
+
+
+def first_events(report: Report, env: str) -> Bullets | None:
+    """The first event of each kind per collapsed run of ``env``."""
+    items = []
+    for run in (r for r in report.runs if r.env == env):
+        seen: set[str] = set()
+        for event in report.collapses[str(run.path)].events:
+            if event.kind not in seen:
+                seen.add(event.kind)
+                items.append(f"{run.path.relative_to(report.root)}: {event.message}")
+    return Bullets(tuple(items)) if items else None
+
+
+def definitions(report: Report) -> Bullets:
+    rule, base = report.rule, method_info(report.baseline)[1]
+    return Bullets(
+        (
+            f"Success is {SUCCESS_KEY} (held-out episodes) in %. After cloning: step 0, before "
+            "RL. Final: the last evaluated step after 0 (a run in progress: its newest). Best: "
+            "the maximum over evaluated steps after 0.",
+            "Cells are mean ± sample standard deviation (ddof=1) over seeds; – for one seed; "
+            "(n=k) when only k seeds have the value.",
+            f"Δ vs {base}: (m − m_{base}) / m_{base} · 100 of the mean final success, against "
+            f"the same environment's {base} group (– for that group itself or without one).",
+            "Step: the newest RL step logged / trainer.total_steps.",
+            "Collapse: events of the trainer's stability monitor, replayed on the logged "
+            "metrics with each run's monitor settings, and success_collapse: training success "
+            f"averaged over {rule.window} steps falls more than {rule.drop * 100:g} points "
+            f"below its best so far, once that best reached {rule.min_best * 100:g}%.",
+            "Plots: the mean over seeds at each step (seeds that logged it); the band spans the "
+            "seeds' min to max; dotted lines mark a seed's first collapse event.",
+        )
+    )
+
+
+def env_blocks(report: Report, env: str) -> list[Block]:
+    rows = [r for r in report.rows if r.group.env == env]
+    baseline = method_info(report.baseline)[1]
+    blocks: list[Block] = [Heading(f"Environment: {env}"), results_table(rows, baseline)]
+    if rows[0].score_key:
+        key = rows[0].score_key
+        note = SCORE_NOTES.get(key, "as logged")
+        blocks.append(Paragraph(f"Score: {key}, {note}; mean ± std over seeds as above."))
+    figures = [p for p in report.plots if p.env == env]
+    if figures:
+        items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)
+        blocks += [Heading("Training dynamics", 3), Figures(items)]
+    blocks += [Heading("Runs", 3), runs_table(report, env)]
+    events = first_events(report, env)
+    if events:
+        blocks += [Heading("Collapse events (first of each kind per run)", 3), events]
+    return blocks
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def document(report: Report) -> list[Block]:
+    """The whole report, top to bottom."""
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    envs = list(dict.fromkeys(g.env for g in report.groups))
+    intro = (
+        f"{_count(len(report.runs), 'run')} in {_count(len(report.groups), 'group')} under "
+        f"{report.root}; environments: {', '.join(envs)}. Generated {stamp}."
+    )
+    blocks: list[Block] = [Heading(report.title, 1), Paragraph(intro)]
+    for env in envs:
+        blocks += env_blocks(report, env)
+    return [*blocks, Heading("Definitions"), definitions(report)]

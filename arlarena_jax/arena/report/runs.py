@@ -1,0 +1,121 @@
+"""Find run directories and read one: its config, its logged metrics and its sweep state.
+
+A run directory holds ``config.yaml`` (the resolved training config) and ``tensorboard/`` (event
+files). The paths given may be run directories or any folder above them. The sweep state is
+``sweep_state.json`` (``{"state": ..., "error": ...}``, written by the sweep's job wrapper);
+without it the state is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from arlarena_jax.arena.report.events import EventLog, Series, TextEvent, read_events
+from arlarena_jax.errors import ConfigError
+
+CONFIG_FILE, LOG_DIR, STATE_FILE = "config.yaml", "tensorboard", "sweep_state.json"
+NOT_TRAINING = ("sft/", "val/", "timing/sft")  # tag prefixes that are no RL step's metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run: where it is, its config (nested dict), its metrics and its recorded state."""
+
+    path: Path
+    config: dict[str, Any]
+    scalars: dict[str, Series]
+    texts: list[TextEvent]
+    state: str = "unknown"
+    error: str | None = None
+
+    @property
+    def env(self) -> str:
+        return str(self.config["env"]["name"])
+
+    @property
+    def method(self) -> str:
+        return str(self.config["algorithm"]["method"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["trainer"]["seed"])
+
+    @property
+    def last_step(self) -> int:
+        """The newest RL step logged (0: none yet)."""
+        steps = [
+            int(s.steps[-1])
+            for tag, s in self.scalars.items()
+            if len(s.steps) and not tag.startswith(NOT_TRAINING)
+        ]
+        return max(steps, default=0)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / LOG_DIR).is_dir()
+
+
+def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """Every run directory at or below ``paths``, sorted; a missing path or none found raises."""
+    found: set[Path] = set()
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        if not path.exists():
+            raise ConfigError(f"no such run directory or folder: {str(path)!r}")
+        candidates = [path, *(c.parent for c in path.rglob(CONFIG_FILE))]
+        found |= {c.resolve() for c in candidates if is_run_dir(c)}
+    if not found:
+        where = ", ".join(repr(str(p)) for p in paths) or "(no paths given)"
+        raise ConfigError(
+            f"no runs found under {where}: a run directory holds {CONFIG_FILE} and {LOG_DIR}/"
+        )
+    return sorted(found)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The run's config as a nested dict; it must name ``env.name``, ``algorithm.method`` and
+    ``trainer.seed``."""
+    file = path / CONFIG_FILE
+    try:
+        config = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{file}: not valid YAML ({type(err).__name__})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{file}: expected a mapping, got {type(config).__name__}")
+    for section, key in (("env", "name"), ("algorithm", "method"), ("trainer", "seed")):
+        if not isinstance(config.get(section), dict) or config[section].get(key) is None:
+            raise ConfigError(f"{file}: missing key '{section}.{key}'")
+    return config
+
+
+def read_state(path: Path) -> tuple[str, str | None]:
+    """``(state, error)`` from ``sweep_state.json``; ``("unknown", None)`` without one."""
+    file = path / STATE_FILE
+    if not file.is_file():
+        return "unknown", None
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return "unknown", f"unreadable {STATE_FILE}"
+    if not isinstance(record, dict):
+        return "unknown", f"unreadable {STATE_FILE}"
+    error = record.get("error")
+    return str(record.get("state", "unknown")), None if error is None else str(error)
+
+
+def load_run(path: Path) -> Run:
+    """Read one run directory."""
+    log: EventLog = read_events(path / LOG_DIR)
+    state, error = read_state(path)
+    return Run(path, read_config(path), log.scalars, log.texts, state, error)
+
+
+def load_runs(paths: Iterable[Path]) -> list[Run]:
+    """Every run at or below ``paths``."""
+    return [load_run(p) for p in find_run_dirs(paths)]

@@ -1,0 +1,149 @@
+"""The paper's results table: held-out success (and score) per environment and method group.
+
+Per run, from an evaluated metric (``val/success_rate``, or the score):
+
+- *after cloning*: the value at step 0 (the policy the RL phase starts from);
+- *final*: the value at the last evaluated step after step 0 (a run in progress: its newest);
+- *best*: the maximum over evaluated steps after step 0.
+
+Per group: mean ± sample std (ddof=1; "–" for one seed) over seeds, and the relative change of
+the mean final success against the baseline group (GRPO) of the same environment, as the paper
+prints it: ``(m − m_grpo) / m_grpo · 100``. Success is shown in %, the score as logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from arlarena_jax.arena.report.events import Series
+from arlarena_jax.arena.report.groups import Group
+from arlarena_jax.arena.report.runs import Run
+
+SUCCESS_KEY = "val/success_rate"
+# The score, first logged key wins: a generic one, WebShop's task score (tensorboardX turns
+# "webshop_task_score (not success_rate)" into this tag), then the mean episode return over turns
+# that every environment's evaluation logs (the original's val/text/test_score).
+SCORE_KEYS = (
+    "val/score",
+    "val/webshop_task_score__not_success_rate_",
+    "val/text/test_score",
+)
+SCORE_NOTES = {
+    "val/webshop_task_score__not_success_rate_": "WebShop's task score of the purchase",
+    "val/text/test_score": "the mean episode return over turns (long failures weigh more)",
+}
+POINTS = ("after_cloning", "final", "best")
+DASH = "–"
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One run's evaluated metric at the three points (None where not evaluated)."""
+
+    after_cloning: float | None = None
+    final: float | None = None
+    final_step: int | None = None
+    best: float | None = None
+    best_step: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    """Mean and sample standard deviation over ``n`` seeds (std None for one seed)."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One table row: a method group of one environment."""
+
+    group: Group
+    success: dict[str, Stat]  # by POINTS
+    score: dict[str, Stat]
+    score_key: str | None
+    change: float | None  # % change of the mean final success against the baseline
+    collapsed: int  # seeds with a collapse event
+
+
+def evaluation(series: Series | None) -> Evaluation:
+    """The after-cloning, final and best values of an evaluated metric."""
+    if series is None or not len(series.steps):
+        return Evaluation()
+    start = series.at(0)
+    later = series.steps > 0
+    if not later.any():
+        return Evaluation(after_cloning=start)
+    steps, values = series.steps[later], series.values[later]
+    i = int(np.argmax(values))
+    return Evaluation(start, float(values[-1]), int(steps[-1]), float(values[i]), int(steps[i]))
+
+
+def stat(values: Sequence[float | None]) -> Stat:
+    """Mean and ddof=1 std of the values that are not None."""
+    present = np.array([v for v in values if v is not None], dtype=np.float64)
+    if not len(present):
+        return Stat(None, None, 0)
+    std = float(np.std(present, ddof=1)) if len(present) > 1 else None
+    return Stat(float(np.mean(present)), std, len(present))
+
+
+def score_key(runs: Sequence[Run]) -> str | None:
+    """The first of :data:`SCORE_KEYS` that any of ``runs`` logged."""
+    return next((k for k in SCORE_KEYS if any(k in r.scalars for r in runs)), None)
+
+
+def _stats(runs: Sequence[Run], key: str | None) -> dict[str, Stat]:
+    evals = [evaluation(r.scalars.get(key)) if key else Evaluation() for r in runs]
+    return {p: stat([getattr(e, p) for e in evals]) for p in POINTS}
+
+
+def relative_change(mean: float | None, baseline: float | None) -> float | None:
+    """``(mean − baseline) / baseline · 100``; None if either is missing or the baseline is 0."""
+    if mean is None or baseline is None or baseline == 0:
+        return None
+    return (mean - baseline) / baseline * 100.0
+
+
+def build_rows(
+    groups: Sequence[Group], collapsed: dict[str, bool], baseline: str = "grpo"
+) -> list[Row]:
+    """The table's rows; ``collapsed`` maps a run's path (str) to whether it collapsed. The
+    baseline of an environment is its one group of method ``baseline`` (none if several)."""
+    by_env: dict[str, list[Run]] = {}
+    for g in groups:
+        by_env.setdefault(g.env, []).extend(g.runs)
+    keys = {env: score_key(runs) for env, runs in by_env.items()}
+    success = {id(g): _stats(g.runs, SUCCESS_KEY) for g in groups}
+    rows = []
+    for g in groups:
+        bases = [b for b in groups if b.env == g.env and b.method == baseline]
+        base = (
+            success[id(bases[0])]["final"].mean if len(bases) == 1 and bases[0] is not g else None
+        )
+        change = relative_change(success[id(g)]["final"].mean, base)
+        hits = sum(collapsed.get(str(r.path), False) for r in g.runs)
+        rows.append(Row(g, success[id(g)], _stats(g.runs, keys[g.env]), keys[g.env], change, hits))
+    return rows
+
+
+def cell(s: Stat, runs: int, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± std`` (std "–" for one seed), ``(n=k)`` when fewer than ``runs`` seeds count."""
+    if s.mean is None:
+        return DASH
+    std = DASH if s.std is None else f"{s.std * scale:.{digits}f}"
+    text = f"{s.mean * scale:.{digits}f} ± {std}"
+    return text if s.n == runs else f"{text} (n={s.n})"
+
+
+def change_cell(change: float | None) -> str:
+    """The paper's ``(+13.3%)``; "–" without a baseline."""
+    if change is None or not math.isfinite(change):
+        return DASH
+    return f"({change:+.1f}%)"

@@ -1,0 +1,79 @@
+"""Write a built report's files: report.md, report.html, summary.json and runs.csv."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from arlarena_jax.arena.report.document import document
+from arlarena_jax.arena.report.html import data_uri, render_html
+from arlarena_jax.arena.report.markdown import render_markdown
+from arlarena_jax.arena.report.model import Report, run_records
+from arlarena_jax.arena.report.table import Row, Stat
+
+CSV_FIELDS = (
+    "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
+    "success_after_cloning", "success_final", "success_final_step", "success_best",
+    "success_best_step", "collapsed", "collapse_step", "collapse_kinds",
+)  # fmt: skip
+
+
+def _stat(s: Stat) -> dict[str, Any]:
+    return dataclasses.asdict(s)
+
+
+def row_record(row: Row) -> dict[str, Any]:
+    """One group's numbers (fractions, as logged) for summary.json."""
+    g = row.group
+    return {
+        "env": g.env,
+        "method": g.method,
+        "label": g.label,
+        "dimension": g.dimension,
+        "keys": dict(g.keys),
+        "seeds": g.seeds,
+        "success": {point: _stat(s) for point, s in row.success.items()},
+        "score_key": row.score_key,
+        "score": {point: _stat(s) for point, s in row.score.items()} if row.score_key else None,
+        "change_vs_baseline_pct": row.change,
+        "collapsed_seeds": row.collapsed,
+    }
+
+
+def write_summary(report: Report, path: Path) -> None:
+    """``summary.json``: the settings, every group's and every run's numbers."""
+    summary = {
+        "title": report.title,
+        "baseline": report.baseline,
+        "success_collapse": dataclasses.asdict(report.rule),
+        "groups": [row_record(r) for r in report.rows],
+        "runs": run_records(report),
+        "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
+    }
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def write_runs_csv(report: Report, path: Path) -> None:
+    """``runs.csv``: one line per run (success in %; collapse kinds joined by ``;``)."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for rec in run_records(report):
+            writer.writerow(rec | {"collapse_kinds": ";".join(rec["collapse_kinds"])})
+
+
+def write_files(report: Report, *, embed_images: bool = False) -> list[Path]:
+    """Write the four files into ``report.out``; returns their paths. ``embed_images``: the
+    HTML carries the PNGs as data URIs instead of linking ``plots/*.png``."""
+    blocks = document(report)
+    out = report.out
+    src = (lambda p: data_uri(out / p)) if embed_images else (lambda p: p)
+    files = [out / "report.md", out / "report.html", out / "summary.json", out / "runs.csv"]
+    files[0].write_text(render_markdown(blocks))
+    files[1].write_text(render_html(blocks, report.title, src))
+    write_summary(report, files[2])
+    write_runs_csv(report, files[3])
+    return files

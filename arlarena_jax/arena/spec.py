@@ -1,0 +1,178 @@
+"""A sweep file: a base config, axes, a budget, and where the runs go.
+
+.. code-block:: yaml
+
+    name: quick                       # runs go to <out>/<name>/... (default out: runs/sweeps)
+    base: ../sokoban/base_tiny.yaml   # a config file, or a list of them (the environment axis),
+                                      # relative to this file
+    methods: [grpo, sapo, gspo]       # shorthand for grid: {algorithm.method: [...]}
+    seeds: [0, 1]                     # shorthand for grid: {trainer.seed: [...]} (the last axis)
+    grid:                             # every combination of these dotted config keys
+      optim.lr: [1.0e-4, 3.0e-4]
+    zip:                              # lists of one length, advanced together (one axis)
+      sft.steps: [20, 60]
+      trainer.total_steps: [30, 10]
+    overrides:                        # set in every run
+      trainer.eval_every: 4
+    budget:
+      rl_steps: 12                    # trainer.total_steps of every run (an axis may set it)
+      minutes_per_run: 30             # a run's wall-clock limit: SIGTERM, saved, resumable
+    starts: runs/starts               # where shared cloned starts live (reused across sweeps)
+    slurm: {partition: gpu, gpus_per_node: 1, cpus_per_task: 8}   # the cluster executor's job
+
+:func:`load_sweep` reads and checks it; every problem is one :class:`ConfigError` line naming the
+sweep file and the key. The expansion into runs is :mod:`arlarena_jax.arena.plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from arlarena_jax.errors import ConfigError
+
+KNOWN_KEYS = (
+    "name",
+    "base",
+    "methods",
+    "seeds",
+    "grid",
+    "zip",
+    "overrides",
+    "budget",
+    "out",
+    "starts",
+    "slurm",
+)
+METHOD_KEY, SEED_KEY, STEPS_KEY = "algorithm.method", "trainer.seed", "trainer.total_steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What every run may spend: RL steps, and wall-clock minutes (None: no limit)."""
+
+    rl_steps: int | None = None
+    minutes_per_run: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """A checked sweep file. ``grid`` keeps the file's order; ``methods`` is its first axis and
+    ``seeds`` its last; ``zip`` is one more axis after them."""
+
+    name: str
+    path: Path
+    bases: tuple[Path, ...]
+    grid: dict[str, tuple[Any, ...]]
+    zip: dict[str, tuple[Any, ...]]
+    overrides: dict[str, Any]
+    budget: Budget
+    out: Path
+    starts: Path
+    slurm: dict[str, Any]
+
+
+def _fail(path: Path, key: str, message: str) -> ConfigError:
+    return ConfigError(f"sweep file {str(path)!r}: key {key!r}: {message}")
+
+
+def _mapping(data: dict, key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise _fail(path, key, f"expected a mapping of dotted keys, got {value!r}")
+    return value
+
+
+def _axis(values: Any, key: str, path: Path, *, distinct: bool = True) -> tuple[Any, ...]:
+    if not isinstance(values, list) or not values:
+        raise _fail(path, key, f"an axis is a non-empty list of values, got {values!r}")
+    if distinct and len({repr(v) for v in values}) != len(values):
+        raise _fail(path, key, f"repeats a value: {values!r}")
+    return tuple(values)
+
+
+def _axes(data: dict, path: Path) -> dict[str, tuple[Any, ...]]:
+    grid = {k: _axis(v, f"grid.{k}", path) for k, v in _mapping(data, "grid", path).items()}
+    shorthands = (("methods", METHOD_KEY), ("seeds", SEED_KEY))
+    for shorthand, key in shorthands:
+        if shorthand in data:
+            if key in grid:
+                raise _fail(path, shorthand, f"and grid.{key} both set the same axis")
+            grid[key] = _axis(data[shorthand], shorthand, path)
+    if METHOD_KEY in grid:  # methods first, seeds last: names and tables read in that order
+        grid = {METHOD_KEY: grid.pop(METHOD_KEY), **grid}
+    if SEED_KEY in grid:
+        grid[SEED_KEY] = grid.pop(SEED_KEY)
+    return grid
+
+
+def _zip(data: dict, grid: dict[str, tuple], path: Path) -> dict[str, tuple[Any, ...]]:
+    raw = _mapping(data, "zip", path).items()
+    axes = {k: _axis(v, f"zip.{k}", path, distinct=False) for k, v in raw}
+    lengths = {len(v) for v in axes.values()}
+    if len(lengths) > 1:
+        sizes = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
+        raise _fail(path, "zip", f"lists must have one length ({sizes})")
+    positions = [repr(p) for p in zip(*axes.values(), strict=True)]
+    if len(set(positions)) != len(positions):
+        raise _fail(path, "zip", "two positions have the same values")
+    for key in axes:
+        if key in grid:
+            raise _fail(path, f"zip.{key}", "is also a grid axis")
+    return axes
+
+
+def _budget(data: dict, path: Path) -> Budget:
+    raw = _mapping(data, "budget", path)
+    unknown = set(raw) - {f.name for f in dataclasses.fields(Budget)}
+    if unknown:
+        raise _fail(path, f"budget.{sorted(unknown)[0]}", "unknown (rl_steps, minutes_per_run)")
+    steps, minutes = raw.get("rl_steps"), raw.get("minutes_per_run")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
+        raise _fail(path, "budget.rl_steps", f"must be an integer >= 0, got {steps!r}")
+    if minutes is not None and (not isinstance(minutes, int | float) or not minutes > 0):
+        raise _fail(path, "budget.minutes_per_run", f"must be a number > 0, got {minutes!r}")
+    return Budget(steps, None if minutes is None else float(minutes))
+
+
+def _bases(data: dict, path: Path) -> tuple[Path, ...]:
+    raw = data.get("base")
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise _fail(path, "base", f"expected a config file or a list of them, got {raw!r}")
+    bases = tuple((path.parent / name) for name in names)
+    for base in bases:
+        if not base.is_file():
+            raise _fail(path, "base", f"no config file {str(base)!r}")
+    return bases
+
+
+def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
+    """The checked :class:`SweepSpec` of the YAML file ``path``; ``out`` overrides its ``out``."""
+    from arlarena_jax.train.config_io import read_mapping
+
+    path = Path(path)
+    data = read_mapping(path, "sweep file")
+    unknown = [k for k in data if k not in KNOWN_KEYS]
+    if unknown:
+        raise _fail(path, unknown[0], f"unknown (a sweep file has: {', '.join(KNOWN_KEYS)})")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _fail(path, "name", f"expected a name without '/', got {name!r}")
+    grid = _axes(data, path)
+    for key in ("out", "starts"):
+        if key in data and not isinstance(data[key], str):
+            raise _fail(path, key, f"expected a directory, got {data[key]!r}")
+    return SweepSpec(
+        name=name,
+        path=path,
+        bases=_bases(data, path),
+        grid=grid,
+        zip=_zip(data, grid, path),
+        overrides=_mapping(data, "overrides", path),
+        budget=_budget(data, path),
+        out=Path(out if out is not None else data.get("out", "runs/sweeps")) / name,
+        starts=Path(data.get("starts", "runs/starts")),
+        slurm=_mapping(data, "slurm", path),
+    )

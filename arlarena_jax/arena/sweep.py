@@ -1,0 +1,138 @@
+"""``arlarena sweep SWEEP.yaml``: the runs of a sweep file, from shared cloned starts, resumable.
+
+1. The sweep file (:mod:`arlarena_jax.arena.spec`) expands into runs and their shared starts
+   (:mod:`arlarena_jax.arena.plan`); every run config is loaded and checked before anything runs.
+2. Each start and each run is a job whose state lives in its run directory
+   (:mod:`arlarena_jax.arena.jobs`). Done jobs are skipped; stopped or interrupted ones run again
+   and resume from their checkpoints; failed ones are skipped (``--retry-failed`` runs them).
+3. The executor runs what is left: ``local`` (a pool of worker processes, the default) or
+   ``slurm`` (one job each through ``sbatch``). A run starts after its shared start is done.
+
+``--dry-run`` prints the table of runs (name, overrides, shared start, status) and runs nothing.
+The exit status is 0 when every run is done, 1 when some failed, 75 when stopped by a signal
+(run the same command to go on), and 2 for a bad sweep file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from arlarena_jax.arena import plan as planning
+from arlarena_jax.arena.jobs import EXIT_STOPPED, Job, read_state, write_state
+from arlarena_jax.arena.progress import Progress
+from arlarena_jax.arena.spec import SweepSpec, load_sweep
+
+
+def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
+    """The shared starts first, then the runs, each run needing its start."""
+    starts = [Job(s.name, s.command(), s.run_dir) for s in planning.starts(runs)]
+    needs = lambda run: () if run.start is None else (run.start.name,)  # noqa: E731
+    return starts + [Job(r.name, r.command(), r.run_dir, needs(r)) for r in runs]
+
+
+def to_run(jobs: Sequence[Job], *, retry_failed: bool) -> list[Job]:
+    """The jobs not done (nor failed, unless ``retry_failed``) nor running elsewhere."""
+    skip = {"done", "running", "queued"} | ({"failed"} if not retry_failed else set())
+    return [job for job in jobs if read_state(job.run_dir)["state"] not in skip]
+
+
+def _short(value: object) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def table(runs: Sequence[planning.PlannedRun]) -> str:
+    """The dry-run table: run, axis values, shared start (and its state), status."""
+    rows = [("run", "overrides", "shared start", "status")]
+    for run in runs:
+        values = " ".join(f"{k}={_short(v)}" for k, v in run.values.items()) or "-"
+        start = "-"
+        if run.start is not None:
+            start = f"{run.start.run_dir} ({read_state(run.start.run_dir)['state']})"
+        record = read_state(run.run_dir)
+        status = record["state"] + (f": {record['error']}" if record.get("error") else "")
+        rows.append((run.name, values, start, status))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
+        for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def _executor(args: argparse.Namespace, spec: SweepSpec, workers: int):
+    minutes = spec.budget.minutes_per_run
+    if args.executor == "slurm":
+        from arlarena_jax.arena.slurm import SlurmExecutor
+
+        return SlurmExecutor(spec.slurm, minutes=minutes, wait=not args.no_wait)
+    from arlarena_jax.arena.local import LocalExecutor
+
+    return LocalExecutor(workers, minutes=minutes)
+
+
+def _summary(runs: Sequence[planning.PlannedRun], out: Path) -> tuple[str, int]:
+    states = [read_state(r.run_dir) for r in runs]
+    failed = [(r, s) for r, s in zip(runs, states, strict=True) if s["state"] == "failed"]
+    done = sum(s["state"] == "done" for s in states)
+    lines = [f"sweep: {done} of {len(runs)} runs done, {len(failed)} failed; runs in {out}"]
+    lines += [f"  failed: {r.name}: {s.get('error', '?')}" for r, s in failed]
+    if done == len(runs):
+        lines.append(f"report: arlarena report {out} -o {out}/report")
+    return "\n".join(lines), len(failed)
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """Plan, print (``--dry-run``) or run the sweep; see the module doc for the exit status."""
+    from arlarena_jax.arena.local import default_workers
+
+    spec = load_sweep(args.sweep, out=args.out)
+    runs = planning.plan(spec)
+    jobs = jobs_of(runs)
+    starts = len(jobs) - len(runs)
+    print(f"sweep {spec.name}: {len(runs)} runs from {starts} shared start(s), in {spec.out}")
+    if args.dry_run:
+        print(table(runs))
+        return 0
+    todo = to_run(jobs, retry_failed=args.retry_failed)
+    for job in todo:  # a failed job run again is queued; its last error stays in the record
+        record = read_state(job.run_dir)
+        if record["state"] == "failed":
+            write_state(job.run_dir, state="new", previous_error=record.get("error", "?"))
+    skipped = len(jobs) - len(todo)
+    if skipped:
+        print(f"sweep: {skipped} job(s) done, failed or running elsewhere: not started again")
+    workers = args.workers or default_workers()
+    status = 0
+    if todo:
+        progress = Progress(jobs, workers if args.executor == "local" else len(todo))
+        dirs = {job.name: job.run_dir for job in jobs}
+        status = _executor(args, spec, workers).run(todo, progress, dirs)
+    text, failed = _summary(runs, spec.out)
+    print(text, flush=True)
+    if status == EXIT_STOPPED:
+        print("sweep: stopped; run the same command to resume", flush=True)
+        return EXIT_STOPPED
+    return 1 if failed else 0
+
+
+def add_command(commands) -> None:
+    """Register ``arlarena sweep`` on the CLI's subparsers."""
+    sub = commands.add_parser("sweep", help="run a sweep of training runs from shared starts")
+    sub.add_argument("sweep", help="a sweep file, e.g. configs/sweeps/quick.yaml")
+    sub.add_argument("--dry-run", action="store_true", help="print the runs; run nothing")
+    sub.add_argument("--executor", choices=("local", "slurm"), default="local")
+    sub.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local: runs at once, the cores split between them (default: one per core, at most 8)",
+    )
+    sub.add_argument("--out", default=None, help="the runs' parent directory (default: its out)")
+    sub.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+    sub.add_argument(
+        "--no-wait", action="store_true", help="slurm: submit and return; the job states tell"
+    )
+    sub.set_defaults(handler=sweep_command)

@@ -1,0 +1,356 @@
+"""`arlarena report`: runs read back from synthetic event files, the table's numbers, collapse
+detection at planted steps, grouping, and the written files (HTML parses, PNGs are PNGs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensorboardX import SummaryWriter
+
+from arlarena_jax.arena.report import add_command, build_report
+from arlarena_jax.arena.report.collapse import SuccessCollapse, detect, success_collapse
+from arlarena_jax.arena.report.events import Series, read_events
+from arlarena_jax.arena.report.groups import group_runs
+from arlarena_jax.arena.report.plots import mean_band
+from arlarena_jax.arena.report.runs import find_run_dirs, load_run, load_runs
+from arlarena_jax.arena.report.table import build_rows, cell, change_cell, stat
+from arlarena_jax.errors import ConfigError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TOL = 1e-6  # event files store float32: values like 0.4 come back within ~1e-8
+
+
+def make_run(
+    root: Path,
+    name: str,
+    *,
+    method: str = "grpo",
+    seed: int = 0,
+    env: str = "sokoban",
+    scalars: dict[str, dict[int, float]] | None = None,
+    config: dict | None = None,
+    texts: dict[int, str] | None = None,
+    state: dict | None = None,
+) -> Path:
+    """A run directory: config.yaml plus one tensorboardX event file."""
+    run = root / name
+    cfg = {
+        "env": {"name": env},
+        "algorithm": {"method": method},
+        "optim": {"lr": 1e-4},
+        "trainer": {"seed": seed, "total_steps": 20, "run_dir": str(run)},
+        "sft": {"init_from": f"starts/{seed}"},
+    }
+    for section, values in (config or {}).items():
+        cfg.setdefault(section, {}).update(values)
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with SummaryWriter(str(run / "tensorboard")) as writer:
+        for tag, points in (scalars or {}).items():
+            for step, value in points.items():
+                writer.add_scalar(tag, value, step)
+        for step, text in (texts or {}).items():
+            writer.add_text("stability", text, step)
+    if state is not None:
+        (run / "sweep_state.json").write_text(json.dumps(state))
+    return run
+
+
+def val(*points: float, start: float = 0.5) -> dict[str, dict[int, float]]:
+    """val/success_rate: ``start`` at step 0, then ``points`` at steps 10, 20, ..."""
+    return {"val/success_rate": {0: start, **{10 * (i + 1): v for i, v in enumerate(points)}}}
+
+
+@pytest.fixture
+def table_runs(tmp_path: Path) -> Path:
+    """GRPO: finals 0.3, 0.5; SAMPO: finals 0.4, 0.5, 0.6 (best 0.7, 0.55, 0.6); GSPO: 1 seed."""
+    make_run(tmp_path, "grpo_seed0", seed=0, scalars=val(0.4, 0.3))
+    make_run(tmp_path, "grpo_seed1", seed=1, scalars=val(0.5, 0.5))
+    make_run(tmp_path, "sampo_seed0", method="sampo", seed=0, scalars=val(0.7, 0.4))
+    make_run(tmp_path, "sampo_seed1", method="sampo", seed=1, scalars=val(0.55, 0.5))
+    # the after-cloning value 0.9 is higher than any later one: "best" must ignore step 0
+    make_run(tmp_path, "sampo_seed2", method="sampo", seed=2, scalars=val(0.6, 0.6, start=0.9))
+    make_run(tmp_path, "deep/er/gspo_seed0", method="gspo", scalars=val(0.2, 0.35))
+    return tmp_path
+
+
+def rows_by_label(root: Path, baseline: str = "grpo") -> dict:
+    groups = group_runs(load_runs([root]))
+    return {r.group.label: r for r in build_rows(groups, {}, baseline)}
+
+
+def test_the_table_numbers(table_runs: Path):
+    rows = rows_by_label(table_runs)
+    assert list(rows) == ["GRPO", "GSPO", "SAMPO"]  # the paper's method order
+    grpo, sampo, gspo = rows["GRPO"], rows["SAMPO"], rows["GSPO"]
+    # GRPO finals 0.3, 0.5: mean 0.4, sample std sqrt((0.1² + 0.1²) / 1) = 0.141421
+    assert grpo.success["final"].mean == pytest.approx(0.4, abs=TOL)
+    assert grpo.success["final"].std == pytest.approx(math.sqrt(0.02), abs=TOL)
+    # GRPO bests 0.4 (step 10), 0.5: mean 0.45, std sqrt(2 · 0.05²) = 0.0707107
+    assert grpo.success["best"].mean == pytest.approx(0.45, abs=TOL)
+    assert grpo.success["best"].std == pytest.approx(math.sqrt(0.005), abs=TOL)
+    # SAMPO finals 0.4, 0.5, 0.6: mean 0.5, std 0.1; vs GRPO (0.5 − 0.4) / 0.4 = +25 %
+    assert sampo.success["final"].mean == pytest.approx(0.5, abs=TOL)
+    assert sampo.success["final"].std == pytest.approx(0.1, abs=TOL)
+    assert sampo.change == pytest.approx(25.0, abs=1e-4)
+    # SAMPO bests 0.7, 0.55, 0.6 (not the 0.9 at step 0); after cloning 0.5, 0.5, 0.9
+    assert sampo.success["best"].mean == pytest.approx(1.85 / 3, abs=TOL)
+    assert sampo.success["after_cloning"].mean == pytest.approx(1.9 / 3, abs=TOL)
+    assert gspo.change == pytest.approx((0.35 - 0.4) / 0.4 * 100, abs=1e-4)
+    assert grpo.change is None  # the baseline itself
+    assert (grpo.group.dimension, sampo.group.dimension) == ("base", "ours (SAMPO)")
+
+
+def test_the_cells_print_as_the_paper(table_runs: Path):
+    rows = rows_by_label(table_runs)
+    assert cell(rows["GRPO"].success["final"], 2, 100) == "40.0 ± 14.1"
+    assert cell(rows["GSPO"].success["final"], 1, 100) == "35.0 ± –"  # one seed: no std
+    assert change_cell(rows["SAMPO"].change) == "(+25.0%)"
+    assert change_cell(rows["GSPO"].change) == "(-12.5%)"
+    assert change_cell(None) == "–"
+
+
+def test_without_a_baseline_row_the_change_is_a_dash(table_runs: Path):
+    rows = rows_by_label(table_runs, baseline="cispo")
+    assert all(r.change is None for r in rows.values())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.integers(2, 8))
+def test_identical_seeds_have_zero_std(value: float, n: int):
+    s = stat([value] * n)
+    assert s.mean == pytest.approx(value, rel=1e-12, abs=1e-12)
+    assert s.std == pytest.approx(0.0, abs=1e-9 * max(1.0, abs(value)))
+
+
+def _event_file(log: Path, name: str, points: list[tuple[str, int, float]]) -> None:
+    """Write ``points`` with a SummaryWriter and name the event file ``name`` in ``log``."""
+    scratch = log.parent / f"scratch_{name}"
+    with SummaryWriter(str(scratch)) as w:
+        for tag, step, value in points:
+            w.add_scalar(tag, value, step)
+    log.mkdir(exist_ok=True)
+    next(scratch.iterdir()).rename(log / name)
+
+
+def test_a_rewritten_step_keeps_the_last_value_written(tmp_path: Path):
+    """A resumed run writes step 20 again in a newer file (file times sort as numbers, and
+    "1000" < "999" as text); within a file the later record wins."""
+    log = tmp_path / "tb"
+    _event_file(log, "events.out.tfevents.999.host", [("x", 10, 1.0), ("x", 20, 0.1)])
+    _event_file(
+        log, "events.out.tfevents.1000.host", [("x", 20, 0.5), ("y", 5, 1.0), ("y", 5, 2.0)]
+    )
+    scalars = read_events(log).scalars
+    assert scalars["x"].steps.tolist() == [10, 20]
+    assert scalars["x"].values.tolist() == pytest.approx([1.0, 0.5])
+    assert scalars["y"].values.tolist() == [2.0]
+
+
+def test_a_cut_off_record_ends_the_file(tmp_path: Path):
+    run = make_run(tmp_path, "r", scalars={"a": {1: 1.0, 2: 2.0}})
+    event = next((run / "tensorboard").iterdir())
+    event.write_bytes(event.read_bytes()[:-3])  # a run killed while writing
+    assert read_events(run / "tensorboard").scalars["a"].steps.tolist() == [1]
+
+
+def test_an_in_progress_run_is_reported_up_to_its_last_step(tmp_path: Path):
+    train = {"episode/success_rate": {s: 0.5 for s in range(1, 21)}}
+    make_run(tmp_path, "done", scalars=val(0.6, 0.7) | train, state={"state": "done"})
+    short = {"episode/success_rate": {s: 0.5 for s in range(1, 11)}}
+    make_run(tmp_path, "running", seed=1, scalars=val(0.4) | short, state={"state": "running"})
+    runs = {r.path.name: r for r in load_runs([tmp_path])}
+    assert (runs["running"].last_step, runs["done"].last_step) == (10, 20)
+    assert runs["running"].state == "running"
+    row = build_rows(group_runs(runs.values()), {})[0]
+    assert row.success["final"].mean == pytest.approx((0.7 + 0.4) / 2, abs=TOL)
+
+
+def test_mean_band_aligns_seeds_on_the_union_of_steps():
+    a = Series(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0]))
+    b = Series(np.array([1, 2]), np.array([3.0, 4.0]))  # in progress: no step 3 yet
+    steps, mean, low, high = mean_band([a, b])
+    assert steps.tolist() == [1, 2, 3]
+    assert mean.tolist() == [2.0, 3.0, 3.0]
+    assert (low.tolist(), high.tolist()) == ([1.0, 2.0, 3.0], [3.0, 4.0, 3.0])
+
+
+def test_runs_differing_in_a_key_are_kept_apart(tmp_path: Path):
+    for lr in (1e-4, 3e-4):
+        for seed in (0, 1):
+            cfg = {"optim": {"lr": lr}, "algorithm": {"clip_high": 0.28}}
+            make_run(tmp_path, f"sapo_{lr}_{seed}", method="sapo", seed=seed, config=cfg)
+    # GRPO differs from SAPO in clip_high, and its seeds only in ignored keys: no suffix
+    make_run(tmp_path, "grpo0", seed=0, config={"algorithm": {"clip_high": 0.2}})
+    make_run(tmp_path, "grpo1", seed=1, config={"algorithm": {"clip_high": 0.2}})
+    groups = group_runs(load_runs([tmp_path]))
+    assert [(g.label, g.seeds) for g in groups] == [
+        ("GRPO", [0, 1]),
+        ("SAPO lr=0.0001", [0, 1]),
+        ("SAPO lr=0.0003", [0, 1]),
+    ]
+    assert groups[1].keys == (("optim.lr", "0.0001"),)
+    merged = group_runs(load_runs([tmp_path]), ignore=["optim.lr"])
+    assert [(g.label, g.seeds) for g in merged] == [("GRPO", [0, 1]), ("SAPO", [0, 0, 1, 1])]
+
+
+def test_keys_sharing_a_last_part_are_named_in_full(tmp_path: Path):
+    make_run(tmp_path, "a", config={"optim": {"lr": 1e-4}, "sft": {"optim": {"lr": 1e-3}}})
+    make_run(tmp_path, "b", config={"optim": {"lr": 3e-4}, "sft": {"optim": {"lr": 1e-2}}})
+    labels = [g.label for g in group_runs(load_runs([tmp_path]))]
+    assert labels == [
+        "GRPO optim.lr=0.0001 sft.optim.lr=0.001",
+        "GRPO optim.lr=0.0003 sft.optim.lr=0.01",
+    ]
+
+
+def planted(spike_step: int = 12, drop_step: int = 15, steps: int = 20) -> dict:
+    """A stable history with a grad-norm ×10 spike and a format-ratio drop planted."""
+    grad = {s: 1.0 + 0.01 * (s % 3) for s in range(1, steps + 1)}
+    grad[spike_step] = 10.0
+    fmt = {s: (1.0 if s < drop_step else 0.7) for s in range(1, steps + 1)}
+    return {"actor/grad_norm": grad, "episode/valid_response_format_ratio": fmt}
+
+
+def test_collapses_are_detected_at_the_planted_steps(tmp_path: Path):
+    run = load_run(make_run(tmp_path, "r", scalars=planted()))
+    collapse = detect(run)
+    first = {}
+    for event in collapse.events:
+        first.setdefault(event.kind, event.step)
+    assert first == {"grad_norm_spike": 12, "format_drop": 15}
+    assert (collapse.first_step, collapse.kinds) == (12, ["grad_norm_spike", "format_drop"])
+
+
+def test_the_run_config_sets_the_monitor(tmp_path: Path):
+    config = {"monitor": {"grad_norm_spike_factor": 20.0, "kl_keys": ["actor/ppo_kl"]}}
+    run = load_run(make_run(tmp_path, "r", scalars=planted(), config=config))
+    assert detect(run).kinds == ["format_drop"]  # 10 < 20 × median 1.01
+    bad = load_run(make_run(tmp_path, "bad", config={"monitor": {"window": 0}}))
+    with pytest.raises(ConfigError, match="monitor section"):
+        detect(bad)
+
+
+def test_success_collapse():
+    steps = np.arange(1, 21)
+    success = Series(steps, np.where(steps < 10, 0.8, 0.0))
+    assert [e.step for e in success_collapse(success, SuccessCollapse(window=1))] == [10]
+    # window 5: the mean is 0.64 at step 10 (fall 0.16), 0.48 at step 11 (fall 0.32 > 0.25)
+    assert [e.step for e in success_collapse(success, SuccessCollapse(window=5))] == [11]
+    low = Series(steps, np.where(steps < 10, 0.15, 0.0))  # its best never reached 0.2
+    assert success_collapse(low, SuccessCollapse(window=1)) == []
+    with pytest.raises(ConfigError, match="success collapse"):
+        SuccessCollapse(drop=0.0)
+
+
+def test_an_unknown_baseline_is_one_config_error(table_runs: Path, tmp_path: Path):
+    with pytest.raises(ConfigError, match="baseline: unknown method preset 'grpoo'"):
+        build_report([table_runs], tmp_path / "out", baseline="grpoo", plots=False)
+
+
+def test_no_runs_is_one_config_error(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"no runs found under .*config\.yaml and tensorboard/"):
+        find_run_dirs([tmp_path / "empty"])
+    with pytest.raises(ConfigError, match="no such run directory"):
+        find_run_dirs([tmp_path / "missing"])
+    run = make_run(tmp_path, "r")
+    (run / "config.yaml").write_text(yaml.safe_dump({"env": {"name": "x"}, "trainer": {}}))
+    with pytest.raises(ConfigError, match=r"missing key 'algorithm\.method'"):
+        load_run(run)
+
+
+class _Checker(HTMLParser):
+    """Asserts that every element opened is closed in order; collects image sources."""
+
+    VOID = frozenset({"meta", "img", "br", "hr", "link", "input"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.stack and self.stack.pop() == tag, f"unbalanced </{tag}>"
+
+
+def parse_html(text: str) -> _Checker:
+    checker = _Checker()
+    checker.feed(text)
+    checker.close()
+    assert checker.stack == []
+    return checker
+
+
+def test_the_written_report(tmp_path: Path, capsys):
+    runs = tmp_path / "runs"
+    train = planted() | {"episode/success_rate": {s: 0.5 for s in range(1, 21)}}
+    make_run(
+        runs,
+        "grpo_seed0",
+        scalars=val(0.4, 0.3) | train,
+        state={"state": "failed", "error": "boom"},
+    )
+    make_run(
+        runs, "grpo_seed1", seed=1, scalars=val(0.5, 0.5) | {"actor/grad_norm": {1: 1.0, 2: 1.1}}
+    )
+    make_run(runs, "sampo_seed0", method="sampo", scalars=val(0.6), texts={3: "step 3: x"})
+    out = tmp_path / "report"
+    parser = argparse.ArgumentParser(prog="arlarena")
+    add_command(parser.add_subparsers())
+    args = parser.parse_args(["report", str(runs), "-o", str(out), "--title", "T <&>"])
+    assert args.handler(args) == 0
+    assert "wrote" in capsys.readouterr().out
+
+    html = (out / "report.html").read_text()
+    images = parse_html(html).images
+    assert "T &lt;&amp;&gt;" in html and "(+50.0%)" in html  # (0.6 − 0.4) / 0.4
+    pngs = sorted((out / "plots").glob("*.png"))
+    names = {p.name for p in pngs}
+    assert names == {
+        "sokoban-actor_grad_norm.png",
+        "sokoban-episode_success_rate.png",
+        "sokoban-episode_valid_response_format_ratio.png",
+        "sokoban-val_success_rate.png",
+    }  # metrics no run logged are skipped
+    assert sorted(images) == sorted(f"plots/{n}" for n in names)
+    for png in pngs:
+        assert png.stat().st_size > 1000 and png.read_bytes()[:8] == PNG_SIGNATURE
+    md = (out / "report.md").read_text()
+    assert "| GRPO | 2 |" in md and "](plots/sokoban-val_success_rate.png)" in md
+    assert "failed: boom" in md and "grad_norm_spike, format_drop" in md
+    assert "| Collapsed seeds |" in md and "| 1/2 |" in md
+
+    summary = json.loads((out / "summary.json").read_text())
+    by_run = {r["run"]: r for r in summary["runs"]}
+    assert by_run["grpo_seed0"]["collapse_step"] == 12
+    assert by_run["sampo_seed0"]["state"] == "unknown"
+    assert by_run["sampo_seed0"]["logged_events"] == ["step 3: x"]  # the trainer's own record
+    assert by_run["grpo_seed1"]["success_best"] == pytest.approx(50.0, abs=1e-4)
+    assert len((out / "runs.csv").read_text().splitlines()) == 4
+
+
+def test_embedded_images_and_no_plots(tmp_path: Path):
+    make_run(tmp_path / "runs", "r", scalars=val(0.6))
+    report = build_report([tmp_path / "runs"], tmp_path / "a", embed_images=True)
+    images = parse_html((tmp_path / "a" / "report.html").read_text()).images
+    assert images and all(src.startswith("data:image/png;base64,iVBORw0KGgo") for src in images)
+    assert report.plots and all(p.path.is_file() for p in report.plots)
+    report = build_report([tmp_path / "runs"], tmp_path / "b", plots=False)
+    assert report.plots == [] and not (tmp_path / "b" / "plots").exists()
+    assert "<img" not in (tmp_path / "b" / "report.html").read_text()
