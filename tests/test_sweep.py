@@ -259,3 +259,25 @@ def test_quick_is_a_subset_of_the_paper_grid():
     from arlarena_jax.objectives.presets import PAPER_METHODS
 
     assert methods == set(PAPER_METHODS)
+
+
+def test_what_a_second_sweep_runs(tmp_path):
+    """Done is skipped; failed only with --retry-failed; running and queued jobs are left to
+    their process locally, while the SLURM executor gets them (it waits for those SLURM still
+    knows and resubmits those it lost)."""
+    from arlarena_jax.arena.sweep import to_run
+
+    states = ("new", "done", "failed", "stopped", "queued", "running", "interrupted")
+    job_list = []
+    for state in states:
+        jobs.write_state(tmp_path / state, state=state)
+        job_list.append(jobs.Job(state, ("demo",), tmp_path / state))
+
+    def names(**kwargs):
+        return [j.name for j in to_run(job_list, **kwargs)]
+
+    # "running" recorded without this host: another machine's process, left to it locally
+    assert names(retry_failed=False) == ["new", "stopped", "interrupted"]
+    assert names(retry_failed=True) == ["new", "failed", "stopped", "interrupted"]
+    slurm = names(retry_failed=False, executor="slurm")
+    assert slurm == ["new", "stopped", "queued", "running", "interrupted"]

@@ -129,6 +129,8 @@ def run_job(run_dir: Path, command: Sequence[str], *, minutes: float | None = No
             [sys.executable, "-m", "arlarena_jax", *command], stdout=out, stderr=out
         )
         common = dict(command=list(command), host=socket.gethostname(), started=time.time())
+        if os.environ.get("SLURM_JOB_ID", "").isdigit():  # a SLURM job: its id stays on record
+            common["slurm_job_id"] = int(os.environ["SLURM_JOB_ID"])
         write_state(run_dir, state="running", pid=os.getpid(), child=child.pid, **common)
 
         def forward(signum: int, _frame: FrameType | None) -> None:

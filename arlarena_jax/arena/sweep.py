@@ -32,9 +32,13 @@ def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
     return starts + [Job(r.name, r.command(), r.run_dir, needs(r)) for r in runs]
 
 
-def to_run(jobs: Sequence[Job], *, retry_failed: bool) -> list[Job]:
-    """The jobs not done (nor failed, unless ``retry_failed``) nor running elsewhere."""
-    skip = {"done", "running", "queued"} | ({"failed"} if not retry_failed else set())
+def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") -> list[Job]:
+    """The jobs not done (nor failed, unless ``retry_failed``). Locally a job running in
+    another process is left to it; the SLURM executor gets queued and running jobs too: it
+    waits for those SLURM still knows and submits again those it lost."""
+    skip = {"done"} | ({"failed"} if not retry_failed else set())
+    if executor == "local":
+        skip |= {"running", "queued"}
     return [job for job in jobs if read_state(job.run_dir)["state"] not in skip]
 
 
@@ -96,14 +100,14 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(table(runs))
         return 0
-    todo = to_run(jobs, retry_failed=args.retry_failed)
+    todo = to_run(jobs, retry_failed=args.retry_failed, executor=args.executor)
     for job in todo:  # a failed job run again is queued; its last error stays in the record
         record = read_state(job.run_dir)
         if record["state"] == "failed":
             write_state(job.run_dir, state="new", previous_error=record.get("error", "?"))
     skipped = len(jobs) - len(todo)
     if skipped:
-        print(f"sweep: {skipped} job(s) done, failed or running elsewhere: not started again")
+        print(f"sweep: {skipped} job(s) done, failed or running elsewhere: not run again")
     workers = args.workers or default_workers()
     status = 0
     if todo:
