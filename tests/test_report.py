@@ -228,13 +228,16 @@ def test_collapses_are_detected_at_the_planted_steps(tmp_path: Path):
     for event in collapse.events:
         first.setdefault(event.kind, event.step)
     assert first == {"grad_norm_spike": 12, "format_drop": 15}
-    assert (collapse.first_step, collapse.kinds) == (12, ["grad_norm_spike", "format_drop"])
+    # a format drop is a collapse; a gradient-norm spike alone is a warning
+    assert (collapse.first_step, collapse.kinds) == (15, ["format_drop"])
+    assert (collapse.first_warning_step, collapse.warning_kinds) == (12, ["grad_norm_spike"])
 
 
 def test_the_run_config_sets_the_monitor(tmp_path: Path):
     config = {"monitor": {"grad_norm_spike_factor": 20.0, "kl_keys": ["actor/ppo_kl"]}}
     run = load_run(make_run(tmp_path, "r", scalars=planted(), config=config))
-    assert detect(run).kinds == ["format_drop"]  # 10 < 20 × median 1.01
+    detected = detect(run)  # 10 < 20 × median 1.01: no spike
+    assert detected.kinds == ["format_drop"] and detected.warning_kinds == []
     bad = load_run(make_run(tmp_path, "bad", config={"monitor": {"window": 0}}))
     with pytest.raises(ConfigError, match="monitor section"):
         detect(bad)
@@ -333,12 +336,13 @@ def test_the_written_report(tmp_path: Path, capsys):
         assert png.stat().st_size > 1000 and png.read_bytes()[:8] == PNG_SIGNATURE
     md = (out / "report.md").read_text()
     assert "| GRPO | 2 |" in md and "](plots/sokoban-val_success_rate.png)" in md
-    assert "failed: boom" in md and "grad_norm_spike, format_drop" in md
-    assert "| Collapsed seeds |" in md and "| 1/2 |" in md
+    assert "failed: boom" in md and "| format_drop | grad_norm_spike (12) |" in md
+    assert "| Collapsed seeds | Warned seeds |" in md and "| 1/2 | 1/2 |" in md
 
     summary = json.loads((out / "summary.json").read_text())
     by_run = {r["run"]: r for r in summary["runs"]}
-    assert by_run["grpo_seed0"]["collapse_step"] == 12
+    assert by_run["grpo_seed0"]["collapse_step"] == 15  # the format drop
+    assert by_run["grpo_seed0"]["warning_step"] == 12  # the gradient-norm spike
     assert by_run["sampo_seed0"]["state"] == "unknown"
     assert by_run["sampo_seed0"]["logged_events"] == ["step 3: x"]  # the trainer's own record
     assert by_run["grpo_seed1"]["success_best"] == pytest.approx(50.0, abs=1e-4)

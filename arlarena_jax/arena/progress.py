@@ -1,9 +1,9 @@
 """The sweep's progress line: runs done, running, failed and queued, and the time left.
 
-The time left is estimated from the jobs that ended in this sweep: the mean wall time of a
-finished run (and, separately, of a shared start) times the work still queued, less what the
-running jobs have already spent, divided by the number of workers. Before the first job ends
-there is no estimate.
+The time left is estimated from the jobs that are done (their recorded start and end, in this
+sweep or an earlier one): the mean wall time of a finished run (and, separately, of a shared
+start) times the work still queued, less what the running jobs have already spent, divided by
+the number of workers. Before a job of each kind still to come is done there is no estimate.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def build_report(
     collapses = {str(r.path): detect(r, rule) for r in runs}
     groups = group_runs(runs, ignore_keys)
     collapsed = {path: c.collapsed for path, c in collapses.items()}
-    rows = build_rows(groups, collapsed, base)
+    warned = {path: bool(c.warning_kinds) for path, c in collapses.items()}
+    rows = build_rows(groups, collapsed, base, warned)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, title, base, rule, runs, groups, rows, collapses)

@@ -11,7 +11,10 @@ Two sources of events, both with the step they fire at:
   once that best has reached ``min_best``. The average tames the noise of small batches; the
   event's step is the first step at which the average has fallen that far.
 
-A run collapsed if any event fired; its first step and the kinds that fired are reported.
+A run *collapsed* when a signature of a broken policy fired (:data:`COLLAPSE_KINDS`: its success,
+valid format, numerics or entropy went); its first step and kinds are reported. The other events
+(KL or log-ratio drift, gradient-norm spikes, a high clip fraction) are *warnings*: they often come
+before a collapse, but a run can drift and recover, so they are reported apart.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 
 SUCCESS_KEY = "episode/success_rate"
+COLLAPSE_KINDS = frozenset(
+    {"success_collapse", "format_drop", "nonfinite", "entropy_collapse", "entropy_blowup"}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,22 +63,34 @@ class Event:
 
 @dataclasses.dataclass(frozen=True)
 class Collapse:
-    """A run's events; ``first_step`` and ``kinds`` (in order of first firing) summarise them."""
+    """A run's events. ``first_step`` and ``kinds`` (in order of first firing) summarise its
+    collapse events, ``first_warning_step`` and ``warning_kinds`` the others."""
 
     events: tuple[Event, ...]
 
+    def _of(self, collapse: bool) -> list[Event]:
+        chosen = [e for e in self.events if (e.kind in COLLAPSE_KINDS) == collapse]
+        return sorted(chosen, key=lambda e: e.step)
+
     @property
     def collapsed(self) -> bool:
-        return bool(self.events)
+        return bool(self._of(True))
 
     @property
     def first_step(self) -> int | None:
-        return min((e.step for e in self.events), default=None)
+        return min((e.step for e in self._of(True)), default=None)
 
     @property
     def kinds(self) -> list[str]:
-        ordered = sorted(self.events, key=lambda e: e.step)
-        return list(dict.fromkeys(e.kind for e in ordered))
+        return list(dict.fromkeys(e.kind for e in self._of(True)))
+
+    @property
+    def first_warning_step(self) -> int | None:
+        return min((e.step for e in self._of(False)), default=None)
+
+    @property
+    def warning_kinds(self) -> list[str]:
+        return list(dict.fromkeys(e.kind for e in self._of(False)))
 
 
 def monitor_settings(run: Run) -> MonitorSettings:

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 from collections.abc import Sequence
 
+from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
 from arlarena_jax.arena.report.table import (
@@ -55,7 +56,7 @@ def results_table(rows: Sequence[Row], baseline: str) -> Table:
     key = rows[0].score_key
     headers = ["Dimension", "Method", "n", "After cloning (%)", "Final success (%)"]
     headers += [f"Δ vs {baseline}", "Best success (%)"]
-    headers += (["Final score", "Best score"] if key else []) + ["Collapsed seeds"]
+    headers += (["Final score", "Best score"] if key else []) + ["Collapsed seeds", "Warned seeds"]
     body = []
     for r in rows:
         n = len(r.group.runs)
@@ -64,7 +65,7 @@ def results_table(rows: Sequence[Row], baseline: str) -> Table:
         line += [cell(r.success["best"], n, 100)]
         if key:
             line += [cell(r.score["final"], n, 1, 3), cell(r.score["best"], n, 1, 3)]
-        body.append((*line, f"{r.collapsed}/{n}"))
+        body.append((*line, f"{r.collapsed}/{n}", f"{r.warned}/{n}"))
     return Table(tuple(headers), tuple(body))
 
 
@@ -75,7 +76,7 @@ def _at(value: float | None, step: int | None) -> str:
 def runs_table(report: Report, env: str) -> Table:
     """One line per run of ``env``."""
     headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
-    headers += ("Collapse step", "Collapse kinds")
+    headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
     body = []
     for rec in (r for r in run_records(report) if r["env"] == env):
         state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
@@ -85,7 +86,9 @@ def runs_table(report: Report, env: str) -> Table:
         step = DASH if rec["collapse_step"] is None else str(rec["collapse_step"])
         kinds = ", ".join(rec["collapse_kinds"]) or DASH
         body.append((rec["run"], rec["label"], str(rec["seed"]), state, steps, final, best))
-        body[-1] += (step, kinds)
+        warnings = ", ".join(rec["warning_kinds"])
+        warnings = f"{warnings} ({rec['warning_step']})" if warnings else DASH
+        body[-1] += (step, kinds, warnings)
     return Table(headers, tuple(body))
 
 
@@ -113,10 +116,12 @@ def definitions(report: Report) -> Bullets:
             f"Δ vs {base}: (m − m_{base}) / m_{base} · 100 of the mean final success, against "
             f"the same environment's {base} group (– for that group itself or without one).",
             "Step: the newest RL step logged / trainer.total_steps.",
-            "Collapse: events of the trainer's stability monitor, replayed on the logged "
-            "metrics with each run's monitor settings, and success_collapse: training success "
-            f"averaged over {rule.window} steps falls more than {rule.drop * 100:g} points "
-            f"below its best so far, once that best reached {rule.min_best * 100:g}%.",
+            "Events: the trainer's stability monitor replayed on the logged metrics with each "
+            "run's monitor settings, and success_collapse: training success averaged over "
+            f"{rule.window} steps falls more than {rule.drop * 100:g} points below its best so "
+            f"far, once that best reached {rule.min_best * 100:g}%. A collapse is "
+            f"{', '.join(sorted(COLLAPSE_KINDS))}; the other events (KL or log-ratio drift, "
+            "gradient-norm spikes, high clip fraction) are warnings.",
             "Plots: the mean over seeds at each step (seeds that logged it); the band spans the "
             "seeds' min to max; dotted lines mark a seed's first collapse event.",
         )

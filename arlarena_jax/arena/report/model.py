@@ -63,6 +63,8 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
         "collapsed": collapse.collapsed,
         "collapse_step": collapse.first_step,
         "collapse_kinds": collapse.kinds,
+        "warning_step": collapse.first_warning_step,
+        "warning_kinds": collapse.warning_kinds,
         "events": [e.message for e in collapse.events],
         "logged_events": [t.text for t in run.texts if t.tag.startswith("stability")],
     }

@@ -101,7 +101,10 @@ def _colours(plt, n: int) -> list:
 def _decorate(ax, env: str, metric: Metric, values: np.ndarray) -> None:
     """Title, labels, grid, legend; rates kept within 0-100 %, a wide positive range on a log
     scale."""
+    from matplotlib.ticker import MaxNLocator
+
     ax.set(title=f"{env}: {metric.title}", xlabel="RL step", ylabel=metric.unit)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.grid(alpha=0.3)
     if metric.scale == 100.0:
         low, high = ax.get_ylim()

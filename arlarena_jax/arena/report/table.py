@@ -70,6 +70,7 @@ class Row:
     score_key: str | None
     change: float | None  # % change of the mean final success against the baseline
     collapsed: int  # seeds with a collapse event
+    warned: int = 0  # seeds with a warning event
 
 
 def evaluation(series: Series | None) -> Evaluation:
@@ -112,10 +113,14 @@ def relative_change(mean: float | None, baseline: float | None) -> float | None:
 
 
 def build_rows(
-    groups: Sequence[Group], collapsed: dict[str, bool], baseline: str = "grpo"
+    groups: Sequence[Group],
+    collapsed: dict[str, bool],
+    baseline: str = "grpo",
+    warned: dict[str, bool] | None = None,
 ) -> list[Row]:
-    """The table's rows; ``collapsed`` maps a run's path (str) to whether it collapsed. The
-    baseline of an environment is its one group of method ``baseline`` (none if several)."""
+    """The table's rows; ``collapsed`` (``warned``) maps a run's path (str) to whether it
+    collapsed (had a warning). The baseline of an environment is its one group of method
+    ``baseline`` (none if several)."""
     by_env: dict[str, list[Run]] = {}
     for g in groups:
         by_env.setdefault(g.env, []).extend(g.runs)
@@ -129,7 +134,9 @@ def build_rows(
         )
         change = relative_change(success[id(g)]["final"].mean, base)
         hits = sum(collapsed.get(str(r.path), False) for r in g.runs)
-        rows.append(Row(g, success[id(g)], _stats(g.runs, keys[g.env]), keys[g.env], change, hits))
+        warns = sum((warned or {}).get(str(r.path), False) for r in g.runs)
+        stats = _stats(g.runs, keys[g.env])
+        rows.append(Row(g, success[id(g)], stats, keys[g.env], change, hits, warns))
     return rows
 
 

@@ -17,7 +17,8 @@ from arlarena_jax.arena.report.table import Row, Stat
 CSV_FIELDS = (
     "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
     "success_after_cloning", "success_final", "success_final_step", "success_best",
-    "success_best_step", "collapsed", "collapse_step", "collapse_kinds",
+    "success_best_step", "collapsed", "collapse_step", "collapse_kinds", "warning_step",
+    "warning_kinds",
 )  # fmt: skip
 
 
@@ -40,6 +41,7 @@ def row_record(row: Row) -> dict[str, Any]:
         "score": {point: _stat(s) for point, s in row.score.items()} if row.score_key else None,
         "change_vs_baseline_pct": row.change,
         "collapsed_seeds": row.collapsed,
+        "warned_seeds": row.warned,
     }
 
 
@@ -62,7 +64,8 @@ def write_runs_csv(report: Report, path: Path) -> None:
         writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for rec in run_records(report):
-            writer.writerow(rec | {"collapse_kinds": ";".join(rec["collapse_kinds"])})
+            joined = {k: ";".join(rec[k]) for k in ("collapse_kinds", "warning_kinds")}
+            writer.writerow(rec | joined)
 
 
 def write_files(report: Report, *, embed_images: bool = False) -> list[Path]:
