@@ -92,9 +92,9 @@ class LocalExecutor:
         try:
             while pending or running:
                 self._reap(running)
-                if self._stop is not None:
+                if self._stop is not None:  # pass the stop on; what is pending waits
                     self._stop_all(running)
-                    continue
+                    break
                 pending = self._drop_blocked(pending, dirs, running)
                 self._fill(pending, running, dirs)
                 progress.update()
