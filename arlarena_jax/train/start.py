@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,12 @@ RL_ONLY = (
 START_STEP = 0  # the checkpoint step that holds a start's cloned policy
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested dict as ``{dotted key: value}``."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             out |= flatten(value, f"{dotted}.")
         else:
             out[dotted] = value

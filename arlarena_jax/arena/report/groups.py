@@ -18,6 +18,7 @@ from typing import Any
 
 from arlarena_jax.arena.report.runs import Run
 from arlarena_jax.objectives.presets import PAPER_METHODS, PRESETS, preset_key
+from arlarena_jax.train import start
 
 IGNORED_KEYS = frozenset({"trainer.seed", "trainer.run_dir", "sft.init_from"})
 
@@ -38,16 +39,9 @@ class Group:
         return [r.seed for r in self.runs]
 
 
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(config: Mapping[str, Any]) -> dict[str, str]:
     """Dotted keys to values as comparable text (``{"optim": {"lr": 3e-4}}`` → ``optim.lr``)."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out |= flatten(value, f"{dotted}.")
-        else:
-            out[dotted] = _text(value)
-    return out
+    return {key: _text(value) for key, value in start.flatten(dict(config)).items()}
 
 
 def _text(value: Any) -> str:
