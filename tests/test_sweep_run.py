@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -155,3 +156,27 @@ def test_cores_are_split_between_workers():
     assert split_cores([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]
     assert split_cores([0, 1], 2) == [[0], [1]]
     assert split_cores([0], 3) == [[0], [0], [0]]
+
+
+def test_a_start_running_in_another_sweep_is_waited_for(tmp_path):
+    """Two sweeps share a start: the second finds it running (another process on this host)
+    and waits for it to be done before starting its run."""
+    start = jobs.Job("start/e/s", ("demo",), tmp_path / "start")
+    run = jobs.Job("e/r", ("demo", "--env", "sokoban"), tmp_path / "run", (start.name,))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        jobs.write_state(start.run_dir, state="running", pid=holder.pid, host=os.uname().nodename)
+        executor = LocalExecutor(1, poll_s=0.2)
+        dirs = {start.name: start.run_dir, run.name: run.run_dir}
+
+        def finish_start():
+            time.sleep(2)
+            jobs.write_state(start.run_dir, state="done", started=0.0, ended=1.0)
+
+        threading.Thread(target=finish_start, daemon=True).start()
+        status = executor.run([run], Progress([start, run], 1, emit=lambda _: None), dirs)
+    finally:
+        holder.kill()
+    assert status == 0
+    record = jobs.read_state(run.run_dir)
+    assert record["state"] == "done" and record["started"] > time.time() - 120

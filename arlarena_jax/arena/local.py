@@ -120,11 +120,12 @@ class LocalExecutor:
 
     def _drop_blocked(self, pending: list[Job], dirs: dict[str, Path], running: dict) -> list:
         """Jobs whose needed job ended without being done: failed (a failed need) or left for the
-        next sweep (a need that stopped)."""
+        next sweep (a need that stopped). A need that another sweep is running is waited for."""
         keep = []
         queued = {j.name for j in pending} | set(running)
+        waiting = ("done", "running", "queued")
         for job in pending:
-            ended = [n for n in job.needs if n not in queued and _state(dirs[n]) != "done"]
+            ended = [n for n in job.needs if n not in queued and _state(dirs[n]) not in waiting]
             failed = [n for n in ended if _state(dirs[n]) == "failed"]
             if failed:
                 error = f"its shared start {failed[0]} failed (see {dirs[failed[0]] / LOG_FILE})"
