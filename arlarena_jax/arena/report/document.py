@@ -143,7 +143,7 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     blocks += [Heading("Runs", 3), runs_table(report, env)]
     events = first_events(report, env)
     if events:
-        blocks += [Heading("Collapse events (first of each kind per run)", 3), events]
+        blocks += [Heading("Stability events (the first of each kind per run)", 3), events]
     return blocks
 
 
