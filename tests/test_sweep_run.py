@@ -180,3 +180,18 @@ def test_a_start_running_in_another_sweep_is_waited_for(tmp_path):
     assert status == 0
     record = jobs.read_state(run.run_dir)
     assert record["state"] == "done" and record["started"] > time.time() - 120
+
+
+def test_a_stop_before_the_run_could_save_is_recorded_as_stopped(tmp_path):
+    """SIGTERM reaches a run while it is still starting (before its own handler is in place):
+    it dies of the signal, and the wrapper records the job as stopped (resumable), not failed."""
+    command = ["train", str(BASE), f"trainer.run_dir={tmp_path / 'r'}"]
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "arlarena_jax.arena.jobs", str(tmp_path / "r"), "--", *command],
+        env=child_env(),
+    )
+    wait_for(lambda: jobs.read_state(tmp_path / "r")["state"] == "running", 60, "the start")
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=120) != 0
+    record = jobs.read_state(tmp_path / "r")
+    assert record["state"] == "stopped", record

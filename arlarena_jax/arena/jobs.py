@@ -122,31 +122,35 @@ def run_job(run_dir: Path, command: Sequence[str], *, minutes: float | None = No
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG_FILE
     asked: list[int] = []  # the stop signals passed on to the run
-    with log.open("a") as out:
-        out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} arlarena {' '.join(command)}\n")
-        out.flush()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "arlarena_jax", *command], stdout=out, stderr=out
-        )
+    children: list[subprocess.Popen] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        asked.append(signum)
+        for child in children:  # none yet: the run is started and stopped at once below
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    done = threading.Event()
+    try:
+        with log.open("a") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} arlarena {' '.join(command)}\n")
+            out.flush()
+            argv = [sys.executable, "-m", "arlarena_jax", *command]
+            children.append(subprocess.Popen(argv, stdout=out, stderr=out))
+        child = children[0]
+        if asked:  # a stop that came before the run existed
+            child.send_signal(asked[0])
         common = dict(command=list(command), host=socket.gethostname(), started=time.time())
         if os.environ.get("SLURM_JOB_ID", "").isdigit():  # a SLURM job: its id stays on record
             common["slurm_job_id"] = int(os.environ["SLURM_JOB_ID"])
         write_state(run_dir, state="running", pid=os.getpid(), child=child.pid, **common)
-
-        def forward(signum: int, _frame: FrameType | None) -> None:
-            asked.append(signum)
-            child.send_signal(signum)
-
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        done = threading.Event()
         watch = threading.Thread(target=_watch, args=(child, minutes, done, asked), daemon=True)
         watch.start()
-        try:
-            status = child.wait()
-        finally:
-            done.set()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        status = child.wait()
+    finally:
+        done.set()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     write_state(run_dir, **common, **_record(status, asked, log))
     return status
 
