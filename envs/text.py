@@ -137,3 +137,36 @@ class Expert:
     task_of: Callable[[int], int] = _same_task
     every_turn: bool = False
     batch_size: int = 64
+
+
+def plan_reply(action: str, *, think: bool = True) -> str:
+    """``<think>rationale</think><action>action</action>`` for a scripted expert following a plan;
+    ``think=False`` leaves the reasoning empty (the short reply of tiny CPU policies)."""
+    thought = f"Following my plan, the next step is: {action}." if think else ""
+    return f"<think>{thought}</think><action>{action}</action>"
+
+
+class ReplayPolicy:
+    """A scripted policy replaying one planned action list per environment: at turn ``t``,
+    environment ``i`` answers ``plan_reply(plans[i][t])`` (``filler`` past the plan's end).
+
+    It is called once per turn with every environment's prompt in order, so the rollout must
+    generate for finished environments too (``Expert.every_turn``)."""
+
+    def __init__(self, plans: Sequence[Sequence[str]], *, filler: str, think: bool = True) -> None:
+        self.plans = [tuple(p) for p in plans]
+        self.filler = filler
+        self.think = think
+        self.turn = 0
+
+    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
+        if len(prompts) != len(self.plans):
+            raise ValueError(
+                f"{type(self).__name__} holds {len(self.plans)} plans but got {len(prompts)} "
+                "prompts: run the rollout with skip_done=False"
+            )
+        t, self.turn = self.turn, self.turn + 1
+        return [
+            Generation(plan_reply(p[t] if t < len(p) else self.filler, think=self.think))
+            for p in self.plans
+        ]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from envs.alfworld.env import play_order
-from envs.text import Expert, Generation
+from envs.text import Expert, ReplayPolicy, plan_reply
 
 
 def walkthrough(game_file: str | Path) -> tuple[str, ...]:
@@ -29,29 +29,18 @@ def walkthrough(game_file: str | Path) -> tuple[str, ...]:
 def expert_reply(command: str, *, think: bool = True) -> str:
     """``<think>rationale</think><action>command</action>``; ``think=False`` leaves the
     reasoning empty (the short reply of tiny CPU policies)."""
-    thought = f"Following my plan, the next step is: {command}." if think else ""
-    return f"<think>{thought}</think><action>{command}</action>"
+    return plan_reply(command, think=think)
 
 
-class WalkthroughExpert:
+class WalkthroughExpert(ReplayPolicy):
     """Scripted policy replaying one walkthrough per environment (see module doc)."""
 
     def __init__(self, walkthroughs: Sequence[Sequence[str]], *, think: bool = True) -> None:
-        self.walkthroughs = [tuple(w) for w in walkthroughs]
-        self.think = think
-        self.turn = 0
+        super().__init__(walkthroughs, filler="look", think=think)
 
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
-        if len(prompts) != len(self.walkthroughs):
-            raise ValueError(
-                f"WalkthroughExpert holds {len(self.walkthroughs)} walkthroughs but got "
-                f"{len(prompts)} prompts: run the rollout with skip_done=False"
-            )
-        t, self.turn = self.turn, self.turn + 1
-        return [
-            Generation(expert_reply(w[t] if t < len(w) else "look", think=self.think))
-            for w in self.walkthroughs
-        ]
+    @property
+    def walkthroughs(self) -> list[tuple[str, ...]]:
+        return self.plans
 
 
 def walkthrough_expert(
