@@ -6,6 +6,8 @@ from __future__ import annotations
 from envs.alfworld.spec import ALFWORLD
 from envs.registry import register
 from envs.sokoban.spec import SOKOBAN
+from envs.webshop.spec import WEBSHOP
 
 register(SOKOBAN)
 register(ALFWORLD)
+register(WEBSHOP)

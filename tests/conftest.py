@@ -18,7 +18,7 @@ REQUIRE_EXTRAS = "ARLARENA_REQUIRE_EXTRAS"
 
 def pytest_configure(config):
     required = {e.strip() for e in os.environ.get(REQUIRE_EXTRAS, "").split(",") if e.strip()}
-    unknown = required - {"alfworld"}
+    unknown = required - {"alfworld", "webshop"}
     if unknown:
         raise pytest.UsageError(f"${REQUIRE_EXTRAS} names unknown extras: {sorted(unknown)}")
     if "alfworld" in required:
@@ -28,6 +28,13 @@ def pytest_configure(config):
             engine.alfworld()
         except ImportError as error:
             raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires alfworld: {error}") from None
+    if "webshop" in required:  # spaCy's verified English model (the webshop extra, also in dev)
+        from envs.webshop.nouns import spacy_nouns
+
+        try:
+            spacy_nouns()
+        except (ImportError, RuntimeError) as error:
+            raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires webshop: {error}") from None
 
 
 # ---- ALFWorld (docs/environments.md §4): the real engine and the shared evaluation problems ----

@@ -14,6 +14,7 @@ import pytest
 
 from arlarena_jax import objectives as obj
 from arlarena_jax.cli import synthetic_group
+from envs import registry
 from tests.spec_vectors import TV2_ENTROPY, TV2_LP, tv2_batch
 from tests.test_advantage import TV4_LENGTHS, TV4_MASK, tv4_batch
 
@@ -74,18 +75,32 @@ class TestChainRules:
         assert objective.group_filter is None
 
 
-# WebShop's release scripts differ from the presets (ALFWorld's scripts) in these settings; the
-# WebShop environment's registration will carry them (EnvSpec.method_settings).
-WEBSHOP = {
-    "sapo": {"use_seq_mask": True},
-    "cispo": {"use_seq_mask": True},
-    "sampo": {"gigpo_mode": "mean_norm", "cold_start_steps": 5},
-    "dapo_grpo": {"cold_start_steps": 0},
-}
-
-
+# WebShop's release scripts differ from the presets (ALFWorld's scripts) in some settings; the
+# WebShop registration carries them (EnvSpec.method_settings, docs/algorithms.md §8).
 def recipe(name: str, env: str) -> dict:
-    return WEBSHOP.get(name, {}) if env == "webshop" else {}
+    return dict(registry.get(env).method_settings.get(name, {}))
+
+
+def test_webshop_recipe_is_the_release_scripts():
+    """docs/algorithms.md §8 "Differences between ALFWorld and WebShop", one entry each."""
+    smtm = "seq-mean-token-mean"
+    assert dict(registry.get("webshop").method_settings) == {
+        "sapo": {"use_seq_mask": True},
+        "cispo": {"use_seq_mask": True},
+        "gspo": {"clip_low": 3e-2, "clip_high": 4e-2, "regularizer_agg_mode": smtm},
+        "sampo": {"gigpo_mode": "mean_norm", "cold_start_steps": 5},
+        "dapo_grpo": {"cold_start_steps": 0},
+        "dapo_gigpo": {"cold_start_steps": 5},
+    }
+    assert dict(registry.get("alfworld").method_settings) == {}
+
+
+def test_webshop_gspo_aggregates_every_term_seq_mean_token_mean():
+    resolved = obj.presets.settings("gspo", **recipe("gspo", "webshop"))
+    assert resolved.loss_agg_mode == resolved.regularizer_agg_mode == "seq-mean-token-mean"
+    assert (resolved.clip_low, resolved.clip_high) == (3e-2, 4e-2)
+    on_alfworld = obj.presets.settings("gspo", **recipe("gspo", "alfworld"))
+    assert on_alfworld.regularizer_agg_mode == "token-mean"
 
 
 def preset_loss_on_tv2(name: str, env: str = "alfworld") -> float:

@@ -53,21 +53,24 @@ def test_environments_never_import_the_rollout_sampler_or_trainer():
 
 
 def test_builtin_environments():
-    assert registry.names() == ("alfworld", "sokoban")
+    assert registry.names() == ("alfworld", "sokoban", "webshop")
     sokoban, alfworld = registry.get("sokoban"), registry.get("alfworld")
+    webshop = registry.get("webshop")
+    assert webshop.prompts == ("paper",) and webshop.commands is not None
+    assert webshop.method_settings["sampo"] == {"gigpo_mode": "mean_norm", "cold_start_steps": 5}
     assert sokoban.prompts == ("paper", "compact") and alfworld.prompts == ("paper",)
     assert (sokoban.tokenizer_episodes, alfworld.tokenizer_episodes) == (256, 32)
     assert sokoban.method_settings == {} and alfworld.method_settings == {}
     assert alfworld.commands is not None and sokoban.commands is None
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop"])
 def test_env_config_has_each_settings_section(name):
     spec = registry.get(name)
     assert isinstance(getattr(EnvConfig(), name), spec.settings)
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop"])
 def test_paper_settings_are_the_paper_scale_config(name):
     config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
     spec = registry.get(name)
@@ -78,8 +81,11 @@ def test_unknown_names_and_prompts_are_one_line_errors():
     with pytest.raises(ValueError, match=r"unknown environment 'sokobn' \(did you mean 'sokoban'"):
         registry.get("sokobn")
     with pytest.raises(ValueError) as info:
-        registry.get("webshop")
-    assert str(info.value) == "unknown environment 'webshop' (registered: alfworld, sokoban)"
+        registry.get("webshp")
+    assert str(info.value) == (
+        "unknown environment 'webshp' (did you mean 'webshop'? registered: alfworld, sokoban, "
+        "webshop)"
+    )
     env = SimpleNamespace(name="alfworld", prompt="compact")
     with pytest.raises(ConfigError) as info:
         registry.get("alfworld").task_format(env)
@@ -94,8 +100,8 @@ def test_config_validation_reads_the_registry():
     def env(**kw):
         return dataclasses.replace(Config(), env=dataclasses.replace(Config().env, **kw))
 
-    with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'webshop' \(regis"):
-        validate(env(name="webshop"))
+    with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'textworld' \(regis"):
+        validate(env(name="textworld"))
     with pytest.raises(ConfigError, match=r"'env\.prompt': 'compact' exists only for sokoban"):
         validate(env(name="alfworld", prompt="compact"))
     with pytest.raises(ConfigError, match=r"'env\.prompt': 'tiny' exists for no environment"):

@@ -80,6 +80,8 @@ def summary_table(summary: Summary) -> str:
         if key.endswith("_success_rate") and key != "val/success_rate"
     )
     rows[2:2] = [(f"  {key[len('val/') :]}", pct(value)) for key, value in per_task]
+    scores = [value for key, value in summary.final_eval.items() if "task_score" in key]
+    rows[2:2] = [("held-out mean task score (x100)", f"{100 * value:.1f}") for value in scores]
     if summary.stopped is not None:  # not finished: resumable
         rows.insert(0, ("stopped (resumable)", f"by {summary.stopped}"))
     width = max(len(k) for k, _ in rows)

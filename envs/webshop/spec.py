@@ -1,0 +1,147 @@
+"""WebShop's registry entry: sessions in the host pool, the paper prompt, the scripted shopper
+and the release scripts' per-method values (docs/environments.md §6, docs/algorithms.md §8).
+
+Training batches play the ``train`` goals, evaluation batches the ``test`` goals (the first
+``env.webshop.test_goals`` of the goal seed's shuffle); seed ``s`` plays goal ``s % len(goals)``.
+The catalogue is the synthetic one (``env.webshop.data: synthetic``, nothing to download) or the
+real files (``data: files``, read from ``env.data_path`` or ``$WEBSHOP_DATA``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from arlarena_jax.errors import ConfigError, InvalidField
+from envs.base import EnvBatch
+from envs.registry import EnvSpec, check_purpose
+from envs.text import Expert
+from envs.webshop.prompts import WEBSHOP_FORMAT
+
+NOUN_KINDS = ("auto", "spacy", "lexicon")
+SEARCH_KINDS = ("bm25", "pyserini")
+
+
+@dataclasses.dataclass(frozen=True)
+class WebshopConfig:
+    """The ``env.webshop`` config section."""
+
+    data: str = "synthetic"  # synthetic | files (env.data_path, else $WEBSHOP_DATA)
+    catalogue_seed: int = 0  # the synthetic catalogue's seed
+    num_products: int = 1000  # the synthetic catalogue's size
+    goal_seed: int = 0  # prices, goals and the one fixed train/test partition
+    test_goals: int = 500  # the first goals of the shuffle are the test split
+    nouns: str = "auto"  # auto (spaCy when a verified model is installed) | spacy | lexicon
+    search: str = "bm25"  # bm25 (bm25s, Lucene-like analysis) | pyserini (Java + an index)
+    index_dir: str | None = None  # the Lucene index for search: pyserini
+    expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
+
+    def __post_init__(self) -> None:
+        choices = {"data": ("synthetic", "files"), "nouns": NOUN_KINDS, "search": SEARCH_KINDS}
+        for field, valid in choices.items():
+            if getattr(self, field) not in valid:
+                got = getattr(self, field)
+                raise InvalidField(
+                    "webshop", field, f"must be one of {', '.join(valid)}, got {got!r}"
+                )
+        for field, minimum in (("num_products", 10), ("test_goals", 1)):
+            if not getattr(self, field) >= minimum:
+                raise InvalidField(
+                    "webshop", field, f"must be >= {minimum}, got {getattr(self, field)!r}"
+                )
+        if self.search == "pyserini" and not self.index_dir:
+            raise InvalidField(
+                "webshop", "index_dir", "search: pyserini needs the Lucene index folder"
+            )
+
+
+def source_of(env: Any) -> Any:
+    """The :class:`envs.webshop.shop.ShopSource` of an ``env`` config section."""
+    from envs.webshop.shop import ShopSource
+
+    w = env.webshop
+    return ShopSource(
+        data=w.data,
+        data_dir=env.data_path,
+        catalogue_seed=w.catalogue_seed,
+        num_products=w.num_products,
+        goal_seed=w.goal_seed,
+        test_size=w.test_goals,
+        nouns=w.nouns,
+        search=w.search,
+        index_dir=w.index_dir,
+    )
+
+
+def shop(env: Any) -> Any:
+    """The loaded shop (cached per process); a data problem is a one-line ConfigError."""
+    from envs.webshop.catalogue import CatalogueError
+    from envs.webshop.goals import SplitError
+    from envs.webshop.shop import load_shop
+
+    try:
+        return load_shop(source_of(env))
+    except SplitError as exc:
+        raise ConfigError(f"config key 'env.webshop.test_goals': {exc}") from None
+    except (CatalogueError, RuntimeError, ValueError) as exc:
+        key = "env.data_path" if env.webshop.data == "files" else "env.webshop"
+        raise ConfigError(f"config key {key!r}: {exc}") from None
+
+
+def check_data(env: Any, training: bool) -> None:
+    """The catalogue loads, its goals split, search and nouns are available."""
+    shop(env)
+
+
+def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
+    """``num_envs`` sessions on the purpose's goals in ``env.num_workers`` pool processes (0: in
+    this process), each episode capped at ``env.max_turns`` steps."""
+    from envs.pool import text_env_batch
+    from envs.webshop.env import WebShopFactory
+
+    split = "train" if check_purpose(purpose) == "train" else "test"
+    factory = WebShopFactory(source_of(env), split=split, max_steps=env.max_turns)
+    return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
+
+
+def expert(env: Any) -> Expert:
+    """The scripted shopper over the training goals."""
+    from envs.webshop.expert import shopper_expert
+
+    return shopper_expert(
+        shop(env),
+        max_steps=env.max_turns,
+        think=env.webshop.expert_think,
+        batch_size=env.train_batch_size * env.group_size,
+    )
+
+
+def add_commands(subparsers: Any) -> None:
+    """``arlarena webshop build|stats``."""
+    from envs.webshop.cli import add_commands as add
+
+    add(subparsers)
+
+
+SMTM = "seq-mean-token-mean"
+
+WEBSHOP = EnvSpec(
+    name="webshop",
+    make_batch=make_batch,
+    formats={"paper": WEBSHOP_FORMAT},
+    expert=expert,
+    check_data=check_data,
+    settings=WebshopConfig,
+    tokenizer_episodes=64,
+    paper={"train_batch_size": 16, "group_size": 8, "max_turns": 15, "history_length": 2},
+    method_settings={  # the WebShop release scripts (docs/algorithms.md §8)
+        "sapo": {"use_seq_mask": True},
+        "cispo": {"use_seq_mask": True},
+        "gspo": {"clip_low": 3e-2, "clip_high": 4e-2, "regularizer_agg_mode": SMTM},
+        "sampo": {"gigpo_mode": "mean_norm", "cold_start_steps": 5},
+        "dapo_grpo": {"cold_start_steps": 0},
+        "dapo_gigpo": {"cold_start_steps": 5},
+    },
+    commands=add_commands,
+    ignores={},  # reads every common env key (data_path only with webshop.data: files)
+)
