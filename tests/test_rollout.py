@@ -324,10 +324,14 @@ def test_success_keys_from_infos():
     def traj(won, info):
         return Trajectory(0, 0, 0, 10.0 * won, 1, won, {"won": won, **info})
 
-    webshop = [traj(True, {"task_score": 1.0}), traj(False, {"task_score": 0.5})]
+    bought = {"task_score": 1.0, "asin": "B0AAAAAAA1", "r_type": 1.0, "r_price": 1.0}
+    webshop = [traj(True, bought), traj(False, {"task_score": 0.0})]
     assert success_metrics(webshop, webshop_episode_metrics) == {
         "success_rate": 0.5,
-        "webshop_task_score (not success_rate)": 0.75,
+        "webshop_task_score (not success_rate)": 0.5,
+        "purchase_rate": 0.5,
+        "purchase/r_type": 1.0,  # over the episodes that bought
+        "purchase/r_price": 1.0,
     }
     alfworld = [
         traj(True, {"gamefile": "v/pick_heat_then_place_in_recep-Egg-None-Fridge-1/t/g.pddl"}),

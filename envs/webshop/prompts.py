@@ -83,9 +83,18 @@ def webshop_project(text: str, obs: Observation) -> Projection:
 SCORE_KEY = "webshop_task_score (not success_rate)"
 
 
+PURCHASE_PARTS = ("r_type", "r_att", "r_option", "r_price", "title_score")
+
+
 def webshop_episode_metrics(info: Mapping[str, Any], won: bool) -> dict[str, float]:
-    """The purchase's task score (0 unless something was bought), when the info carries it."""
-    return {SCORE_KEY: float(info["task_score"])} if "task_score" in info else {}
+    """The final task score (0 unless something was bought), the purchase rate, and the score's
+    parts of the episodes that bought (``purchase/<part>``, averaged over those episodes only:
+    the original's ``rollout/r_type`` etc., docs/environments.md §6.7)."""
+    if "task_score" not in info:
+        return {}
+    metrics = {SCORE_KEY: float(info["task_score"]), "purchase_rate": float("asin" in info)}
+    metrics.update({f"purchase/{k}": float(info[k]) for k in PURCHASE_PARTS if k in info})
+    return metrics
 
 
 WEBSHOP_FORMAT = TaskFormat(
