@@ -1,0 +1,197 @@
+"""The attack suite of the math sandbox (envs/math/sandbox.py; issue 20): each attack runs through
+the real sandbox and must be contained, the caller must get a result quickly, and nothing may
+remain afterwards. Skips, saying why, where no isolation is available (util-linux and root or
+unprivileged user namespaces)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from envs.math.sandbox import (
+    ExecResult,
+    SandboxConfig,
+    SandboxUnavailable,
+    resolve_isolation,
+    run_many,
+    run_python,
+)
+
+CONFIG = SandboxConfig(timeout_s=3.0, cpu_s=5, memory_mb=1024, processes=16)
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    ISOLATION, REASON = resolve_isolation(CONFIG), ""
+except SandboxUnavailable as exc:  # depends on the machine: util-linux, root or user namespaces
+    ISOLATION, REASON = None, str(exc)
+pytestmark = pytest.mark.skipif(ISOLATION is None, reason=REASON)
+
+
+def run(code: str, **changes) -> ExecResult:
+    config = SandboxConfig(**{**CONFIG.__dict__, **changes})
+    result = run_python(code, config)
+    assert result.seconds < config.timeout_s + 3.0  # the caller gets a result quickly
+    return result
+
+
+def sandbox_processes() -> list[str]:
+    """Processes of sandbox uids (>= 200000) still alive on the host."""
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split() and int(line.split()[0]) >= 200_000]
+
+
+@pytest.fixture(autouse=True)
+def nothing_remains():
+    yield
+    deadline = time.monotonic() + 5
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sandbox_processes() == []
+
+
+def test_a_plain_snippet_runs():
+    result = run("import sympy\nprint(sympy.factor('x**2 - 1'))")
+    assert (result.status, result.stdout, result.returncode) == ("ok", "(x - 1)*(x + 1)\n", 0)
+
+
+@pytest.mark.parametrize(
+    ("code", "secret"),
+    [
+        ("print(open('/etc/shadow').read())", "root:"),
+        (f"import os; print(os.listdir({os.path.expanduser('~')!r}))", ".bashrc"),
+        (f"import os; print(os.listdir({PROJECT!r}))", "pyproject.toml"),
+        ("print(open('/proc/1/environ').read())", "ARLARENA"),
+        (f"print(open('/proc/{os.getpid()}/cmdline').read())", "pytest"),
+    ],
+)
+def test_host_files_are_out_of_reach(code, secret, monkeypatch):
+    monkeypatch.setenv("ARLARENA_SECRET", "ARLARENA-leaked")
+    result = run(code)
+    assert secret not in result.stdout and "ARLARENA-leaked" not in result.stdout
+
+
+def test_no_environment_variables_or_inherited_descriptors(monkeypatch):
+    monkeypatch.setenv("ARLARENA_SECRET", "leaked")
+    read, write = os.pipe()  # an open descriptor of the caller
+    try:
+        result = run("import os; print(sorted(os.environ)); print(os.listdir('/proc/self/fd'))")
+    finally:
+        os.close(read), os.close(write)
+    env, fds = result.stdout.splitlines()
+    assert "ARLARENA_SECRET" not in env and "leaked" not in result.stdout
+    assert eval(fds) == ["0", "1", "2", "3"]  # stdin/out/err and listdir's own descriptor
+
+
+def test_no_network_local_or_outside():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    connected = threading.Event()
+
+    def accept():
+        try:
+            listener.accept()
+            connected.set()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    local = run(f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)")
+    outside = run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)")
+    dns = run("import socket; print(socket.gethostbyname('pypi.org'))")
+    curl = run("import os; print(os.system('curl -s -m 2 http://1.1.1.1 > /dev/null'))")
+    thread.join()
+    listener.close()
+    assert not connected.is_set()
+    assert local.status == outside.status == dns.status == "error"
+    assert "Network is unreachable" in local.stderr + outside.stderr
+    assert curl.stdout.strip() != "0"
+
+
+@pytest.mark.parametrize(
+    ("code", "statuses"),
+    [
+        ("import os\nwhile True:\n    os.fork()", {"error", "killed", "timeout"}),  # fork bomb
+        ("x = bytearray(10**11)", {"error", "killed"}),  # memory bomb
+        ("while True:\n    pass", {"timeout", "killed"}),
+        ("import time\ntime.sleep(1e9)", {"timeout"}),
+        ("def f(n):\n    return f(n + 1)\nf(0)", {"error"}),  # deep recursion
+        ("import ctypes\nctypes.string_at(0)", {"killed"}),  # segfault
+    ],
+)
+def test_bombs_and_hangs_are_stopped(code, statuses):
+    assert run(code).status in statuses
+
+
+def test_a_double_forked_daemon_never_writes(tmp_path):
+    target = tmp_path / "late"
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(2)\n"
+        f"        open({str(target)!r}, 'w').write('x')\n"
+        "        open('/tmp/late', 'w').write('x')\n"
+        "    os._exit(0)\n"
+        "time.sleep(10)\n"
+    )
+    result = run(code, timeout_s=1.0)
+    assert result.status == "timeout"
+    time.sleep(2.5)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "open('/usr/evil', 'w')",
+        f"open({os.path.join(PROJECT, 'evil')!r}, 'w')",
+        "f = open('/tmp/big', 'wb')\nwhile True:\n    f.write(b'0' * 2**20)",  # fill the disk
+        "import os\nfor i in range(10**6):\n    open(f'/tmp/f{i}', 'w').close()",  # many files
+    ],
+)
+def test_writes_stay_inside_the_private_tmp(code):
+    assert run(code, timeout_s=5.0).status in ("error", "timeout", "killed")
+    assert not os.path.exists("/usr/evil") and not os.path.exists(os.path.join(PROJECT, "evil"))
+
+
+def test_killing_the_parent_or_everything_hurts_no_one_else():
+    codes = [
+        "import os; os.kill(os.getppid(), 9); print('alive')",
+        "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\nprint('alive')",
+        "import time; time.sleep(1); print('neighbour survived')",
+        "import time; time.sleep(1); print('neighbour survived')",
+    ]
+    results = run_many(codes, CONFIG, workers=4)
+    assert [r.stdout.strip() for r in results[2:]] == ["neighbour survived"] * 2
+    assert os.getpid() > 0  # the caller is still here
+
+
+def test_endless_and_binary_output():
+    endless = run("while True:\n    print('x' * 1000)", output_limit=10_000)
+    assert endless.status == "killed" and endless.truncated and len(endless.stdout) <= 10_000
+    binary = run("import sys; sys.stdout.buffer.write(bytes(range(256)) * 4)")
+    assert binary.status == "ok" and "\ufffd" in binary.stdout  # invalid UTF-8 replaced
+
+
+def test_unsandboxed_runs_need_an_explicit_yes():
+    with pytest.raises(SandboxUnavailable, match="allow_unsandboxed: true"):
+        resolve_isolation(SandboxConfig(isolation="none"))
+    bare = run_python("print(7)", SandboxConfig(isolation="none", allow_unsandboxed=True))
+    assert bare.stdout == "7\n"
+
+
+def test_bad_settings_are_one_line_errors():
+    with pytest.raises(ValueError, match="sandbox isolation must be one of"):
+        SandboxConfig(isolation="docker")
+    with pytest.raises(ValueError, match="sandbox timeout_s must be > 0"):
+        SandboxConfig(timeout_s=0)
