@@ -173,7 +173,6 @@ def test_killing_the_parent_or_everything_hurts_no_one_else():
     ]
     results = run_many(codes, CONFIG, workers=4)
     assert [r.stdout.strip() for r in results[2:]] == ["neighbour survived"] * 2
-    assert os.getpid() > 0  # the caller is still here
 
 
 def test_endless_and_binary_output():

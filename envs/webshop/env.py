@@ -134,11 +134,10 @@ class WebShopEnv:
         return 0.0
 
     def _search(self, keywords: str) -> None:
-        """A new search (the keywords split on spaces and re-joined, as the original does)."""
-        query = " ".join(keywords.split(" "))
-        found = self.shop.search(query, SEARCH_RESULTS)
+        """A new search: the top 50 products of the catalogue for ``keywords``."""
+        found = self.shop.search(keywords, SEARCH_RESULTS)
         results = tuple(a for a in found if a in self.shop.catalogue)
-        self.session = Session(pages.done_page(), keywords=query, results=results)
+        self.session = Session(pages.done_page(), keywords=keywords, results=results)
         self._show_results(1)
 
     def _show_results(self, number: int) -> None:

@@ -176,9 +176,21 @@ def read_lexicon(path: str | Path) -> frozenset[str]:
     return frozenset(w.lower() for w in words)
 
 
-def _auto(lexicon_path: str | None) -> NounTagger:
-    """spaCy when a verified model is installed, else the lexicon file (a failed verification
-    is warned about, then the lexicon is used)."""
+def _lexicon(lexicon_path: str | None, words: Iterable[str] | None, reason: str) -> NounTagger:
+    """The lexicon tagger over ``words`` (a catalogue's in-memory lexicon) or the file at
+    ``lexicon_path``; neither is a one-line RuntimeError starting with ``reason``."""
+    if words is not None:
+        return lexicon_nouns(words)
+    if lexicon_path is None:
+        raise RuntimeError(f"{reason}, and no noun lexicon file (nouns.json)")
+    if not Path(lexicon_path).is_file():
+        raise RuntimeError(f"{reason}, and noun lexicon {lexicon_path} missing")
+    return lexicon_nouns(read_lexicon(lexicon_path))
+
+
+def _auto(lexicon_path: str | None, words: Iterable[str] | None) -> NounTagger:
+    """spaCy when a verified model is installed, else the lexicon (a failed verification is
+    warned about, then the lexicon is used)."""
     reason = "no spaCy English model installed (pip install en_core_web_sm)"
     if installed_spacy_package() is not None:
         try:
@@ -186,21 +198,22 @@ def _auto(lexicon_path: str | None) -> NounTagger:
         except RuntimeError as exc:
             reason = str(exc)
             warnings.warn(f"{reason}; using the noun lexicon", RuntimeWarning, stacklevel=3)
-    if lexicon_path is None:
-        raise RuntimeError(f"no noun tagger: {reason}, and no noun lexicon file (nouns.json)")
-    if not Path(lexicon_path).is_file():
-        raise RuntimeError(f"no noun tagger: {reason}, and noun lexicon {lexicon_path} missing")
-    return lexicon_nouns(read_lexicon(lexicon_path))
+    return _lexicon(lexicon_path, words, f"no noun tagger: {reason}")
 
 
-def make_noun_tagger(kind: str, lexicon_path: str | None) -> NounTagger:
-    """The tagger of ``kind``: "spacy", "lexicon" (needs ``lexicon_path``) or "auto"."""
+def make_noun_tagger(
+    kind: str, lexicon_path: str | None, *, words: Iterable[str] | None = None
+) -> NounTagger:
+    """The tagger of ``kind``: "spacy", "lexicon" or "auto"; the lexicon is ``words`` when
+    given (a catalogue generated in memory), else the file ``lexicon_path``."""
     if kind == "spacy":
         return spacy_nouns()
     if kind == "lexicon":
+        if words is not None:
+            return lexicon_nouns(words)
         if lexicon_path is None:
             raise RuntimeError("nouns='lexicon' needs a noun lexicon file (nouns.json)")
         return lexicon_nouns(read_lexicon(lexicon_path))
     if kind == "auto":
-        return _auto(lexicon_path)
+        return _auto(lexicon_path, words)
     raise ValueError(f"noun tagger kind must be one of {KINDS}, got {kind!r}")

@@ -97,17 +97,12 @@ def read_catalogue(source: ShopSource) -> tuple[Catalogue, str | None]:
 
 def noun_tagger(source: ShopSource, lexicon_file: str | None) -> Callable[[str], Sequence[str]]:
     """The configured noun tagger; the synthetic catalogue's lexicon comes from its generator."""
-    from envs.webshop.nouns import lexicon_nouns, make_noun_tagger
+    from envs.webshop.nouns import make_noun_tagger
 
-    if lexicon_file is None and source.nouns != "spacy":
-        words = _synthetic(source.catalogue_seed, source.num_products)[2]
-        if source.nouns == "lexicon":
-            return lexicon_nouns(words)
-        try:
-            return make_noun_tagger("spacy", None)
-        except RuntimeError:  # no verified spaCy model: the catalogue's lexicon
-            return lexicon_nouns(words)
-    return make_noun_tagger(source.nouns, lexicon_file)
+    words = (
+        _synthetic(source.catalogue_seed, source.num_products)[2] if lexicon_file is None else None
+    )
+    return make_noun_tagger(source.nouns, lexicon_file, words=words)
 
 
 @functools.lru_cache(maxsize=4)
