@@ -48,6 +48,11 @@ class EnvSpec:
     * ``method_settings``: per method preset, hyper-parameter overrides from this
       environment's release scripts (``{method: {field: value}}``).
     * ``commands(subparsers)``: adds the environment's own ``arlarena`` subcommands (optional).
+    * ``eval_episodes(env)``: the number of evaluation episodes the environment's protocol
+      fixes (math: every problem k times, for avg@k); None: ``trainer.eval_episodes``.
+    * ``rows``: the row layouts the environment's formats support (``env.rows``), the default
+      first: ``"turn"`` (one row per turn) and/or ``"trajectory"`` (one row per episode, the
+      format continues the conversation, docs/environments.md §1.8).
     * ``ignores``: the common ``env`` keys the environment does not read, each with the reason
       (``{"num_workers": "its batch runs in-process"}``); the CLI warns when one is set away from
       its default.
@@ -64,8 +69,14 @@ class EnvSpec:
     method_settings: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     commands: Callable[[Any], None] | None = None
     ignores: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    rows: tuple[str, ...] = ("turn",)
+    eval_episodes: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
+        if not self.rows or not set(self.rows) <= {"turn", "trajectory"}:
+            raise ValueError(
+                f"environment rows must be 'turn' and/or 'trajectory', got {self.rows}"
+            )
         if not self.name or not self.name.isidentifier():
             raise ValueError(f"environment name must be an identifier, got {self.name!r}")
         if not self.formats:

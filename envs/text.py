@@ -89,6 +89,24 @@ class TaskFormat(NamedTuple):
     data_source: str = "text"
     # (final info, won) -> the environment's extra per-episode metrics (averaged over episodes)
     episode_metrics: Callable[[Mapping[str, Any], bool], dict[str, float]] = no_episode_metrics
+    # trajectory rows (docs/environments.md §1.8): the part of a response that is kept (None: all)
+    cut_response: Callable[[str], str] | None = None
+    # trajectory rows: the text an observation appends to the conversation (None: the format
+    # cannot continue a conversation, turn rows only)
+    continuation: Callable[[Observation], str] | None = None
+
+
+class Context(NamedTuple):
+    """A conversation to continue (trajectory rows, docs/environments.md §1.8): the user message
+    (``prompt``, chat-templated as ``prompt_ids``), then the assistant side so far: responses and
+    observations as ``text`` and, for an LLM policy, ``ids``. ``budget``: at most this many new
+    tokens."""
+
+    prompt: str
+    prompt_ids: Sequence[int]
+    text: str
+    ids: Sequence[int]
+    budget: int
 
 
 class Generation(NamedTuple):
@@ -112,6 +130,17 @@ class ScriptedPolicy:
         if len(texts) != len(prompts):
             raise ValueError(f"scripted policy returned {len(texts)} texts for {len(prompts)}")
         return [Generation(str(t)) for t in texts]
+
+    def continue_from(self, contexts: Sequence[Context], *, training: bool) -> list[Generation]:
+        """The function's texts for ``prompt + text`` of each context (no ids)."""
+        return self([c.prompt + c.text for c in contexts], training=training)
+
+    def encode_text(self, text: str) -> list[int]:
+        """A scripted policy has no tokens."""
+        return []
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return ""
 
 
 # A policy as the rollout calls it: ``policy(prompts, training=...)`` -> one Generation each.

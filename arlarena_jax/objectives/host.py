@@ -6,7 +6,9 @@ observation text live on the host (docs/algorithms.md §1.2). The device sees on
 segment ids in ``[0, N)`` and padded float32 arrays.
 
 Padding rows are all zeros: ``row_mask`` 0, ids 0, returns, rewards, ``action_valid`` and every
-token field 0. Padding tokens of real rows have ``response_mask`` 0 and value 0.
+token field 0. Padding tokens of real rows have ``response_mask`` 0 and value 0. A row's
+``loss_mask`` (trajectory rows: 0 on observation tokens) multiplies its ``response_mask``, so the
+objectives never see those tokens.
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ class HostTurn:
     rollout_log_probs: Sequence[float] | None = None
     old_entropy: Sequence[float] | None = None
     values: Sequence[float] | None = None
+    # 1 on tokens the loss sees, 0 on tokens it skips (observation tokens of a trajectory row);
+    # None: every response token. Same length as old_log_probs.
+    loss_mask: Sequence[float] | None = None
 
 
 def _resolve_shape(
@@ -236,6 +241,9 @@ def collate(
     lengths = np.array([len(turn.old_log_probs) for turn in turns])
     mask = np.zeros((n, t), dtype=np.float32)
     mask[: len(turns)] = np.arange(t)[None, :] < lengths[:, None]
+    loss_mask = _optional_tokens(turns, "loss_mask", n, t)
+    if loss_mask is not None:
+        mask *= loss_mask
     optional = {name: _optional_tokens(turns, name, n, t) for name in OPTIONAL_TOKEN_FIELDS}
     batch = TurnBatch(
         response_mask=jnp.asarray(mask),

@@ -56,6 +56,9 @@ class TurnRow:
     info: dict[str, Any]
     episode_return: float = 0.0  # filled at the end: sum of rewards over active turns
     episode_length: int = 0  # filled at the end: number of active turns
+    # trajectory rows (rollout.trajectory): 1 on the model's tokens, 0 on observation tokens;
+    # None: every response token counts
+    loss_mask: Sequence[int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Rollout:
                 action_valid=row.action_valid,
                 old_log_probs=list(row.log_probs),
                 rollout_log_probs=list(row.log_probs),
+                loss_mask=None if row.loss_mask is None else list(row.loss_mask),
             )
             for row in self.rows
         ]
@@ -126,14 +130,32 @@ def collect(
     training: bool = True,
     skip_done: bool = True,
     group_offset: int = 0,
+    rows: Any = None,
 ) -> Rollout:
     """Play one batch of episodes and return its turn rows
     (docs/environments.md §1.2, see module doc).
 
     ``len(group_seeds) * group_size`` must equal ``envs.num_envs``. Stops when every
     environment is done or after ``max_turns`` turns (ALFWorld 50, WebShop 15, Sokoban 15).
+    ``rows``: a :class:`~arlarena_jax.rollout.trajectory.TrajectoryRows` makes one row per
+    episode instead (docs/environments.md §1.8; ``history_length`` and ``skip_done`` do not
+    apply); None: turn rows.
     """
-    n = _batch_size(envs, group_seeds, group_size)
+    if rows is not None:
+        from arlarena_jax.rollout.trajectory import collect_trajectories
+
+        return collect_trajectories(
+            envs,
+            task_format,
+            policy,
+            rows=rows,
+            group_seeds=group_seeds,
+            group_size=group_size,
+            max_turns=max_turns,
+            training=training,
+            group_offset=group_offset,
+        )
+    n = check_batch_size(envs, group_seeds, group_size)
     observations: list[Observation] = list(
         envs.reset([group_seeds[i // group_size] for i in range(n)])
     )
@@ -172,7 +194,7 @@ def collect(
     return _finish(per_env, group_size, group_offset, task_format)
 
 
-def _batch_size(envs: EnvBatch, group_seeds: Sequence[int], group_size: int) -> int:
+def check_batch_size(envs: EnvBatch, group_seeds: Sequence[int], group_size: int) -> int:
     """``len(group_seeds) * group_size``, which must be the batch's environment count."""
     n = len(group_seeds) * group_size
     if group_size < 1 or n != envs.num_envs:

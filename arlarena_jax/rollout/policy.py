@@ -19,13 +19,25 @@ from typing import Any, Protocol
 import numpy as np
 
 from arlarena_jax.sampler import Engine, Request, SamplingParams, generate
-from envs.text import Generation
+from envs.text import Context, Generation
 
 
 class Policy(Protocol):
     """Maps N user-message contents to N generations, in order (docs/environments.md §1.2)."""
 
     def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]: ...
+
+
+class ContinuingPolicy(Policy, Protocol):
+    """A policy that also continues conversations token by token (trajectory rows,
+    docs/environments.md §1.8): ``continue_from`` generates after each context's prompt ids and
+    right-side ids; ``encode_text`` tokenizes an observation; ``decode`` turns ids into text."""
+
+    def continue_from(self, contexts: Sequence[Context], *, training: bool) -> list[Generation]: ...
+
+    def encode_text(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 def chat_prompt_ids(tokenizer: Any, content: str, enable_thinking: bool | None = None) -> list[int]:
@@ -90,9 +102,41 @@ class SamplerPolicy:
         if not prompts:
             return []
         ids = self.encode(prompts)
+        return self._generate(
+            [Request(p, n=1, max_new_tokens=self.max_new_tokens) for p in ids], training
+        )
+
+    def continue_from(self, contexts: Sequence[Context], *, training: bool) -> list[Generation]:
+        """Continue each context after its prompt ids + right-side ids (the last
+        ``max_prefill_length`` of them), with at most ``min(max_new_tokens, budget)`` new tokens.
+        The generations' ``prompt_ids`` are the contexts' prompt ids."""
+        if not contexts:
+            return []
+        limit = self.engine.max_prefill_length
+        requests = [
+            Request(
+                [*c.prompt_ids, *c.ids][-limit:],
+                n=1,
+                max_new_tokens=max(1, min(self.max_new_tokens, c.budget)),
+            )
+            for c in contexts
+        ]
+        out = self._generate(requests, training)
+        return [
+            g._replace(prompt_ids=list(c.prompt_ids)) for g, c in zip(out, contexts, strict=True)
+        ]
+
+    def encode_text(self, text: str) -> list[int]:
+        """``text``'s token ids, without special tokens (observations)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """``ids`` as text, special tokens skipped (as the generations' texts)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _generate(self, requests: list[Request], training: bool) -> list[Generation]:
         seed = call_seed(self.seed, self.calls)
         self.calls += 1
-        requests = [Request(p, n=1, max_new_tokens=self.max_new_tokens) for p in ids]
         results = generate(
             self.engine,
             requests,

@@ -25,6 +25,7 @@ from arlarena_jax.models import QwenForCausalLM, load_pretrained, make_mesh, pre
 from arlarena_jax.objectives import presets
 from arlarena_jax.objectives.compose import Input, Objective, check_requirements
 from arlarena_jax.rollout.policy import SamplerPolicy
+from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.sampler import Engine, EngineConfig
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
 from arlarena_jax.train.config import Config, ConfigError, check_mesh_devices, method_settings
@@ -150,6 +151,32 @@ def build_objective(config: Config) -> Objective:
     except ValueError as exc:
         raise ConfigError(f"config key 'algorithm.method': {method!r}: {exc}") from None
     return objective
+
+
+def row_layout(config: Config) -> TrajectoryRows | None:
+    """The rollout's row layout: ``env.rows``, or the environment's default; None for turn rows
+    (docs/environments.md §1.8)."""
+    rows = config.env.rows or env_spec(config).rows[0]
+    if rows == "turn":
+        return None
+    return TrajectoryRows(config.env.max_observation_tokens, config.env.max_right_tokens)
+
+
+def eval_episodes(config: Config) -> int:
+    """Episodes per evaluation: the environment's own count where its protocol fixes one
+    (``EnvSpec.eval_episodes``), else ``trainer.eval_episodes``."""
+    spec = env_spec(config)
+    if spec.eval_episodes is not None:
+        return spec.eval_episodes(config.env)
+    return config.trainer.eval_episodes
+
+
+def response_width(config: Config) -> int:
+    """The widest response side of a training row: one reply for turn rows, the whole right
+    side for trajectory rows."""
+    layout = row_layout(config)
+    max_new = config.sampler.max_new_tokens
+    return max_new if layout is None else layout.response_limit(max_new)
 
 
 def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: Mesh | None):

@@ -116,7 +116,9 @@ def eval_command(args: argparse.Namespace) -> int:
         step = run.resume()
         metrics = run.evaluate()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
-    print(f"{where}, {config.trainer.eval_episodes} held-out episodes:")
+    from arlarena_jax.train.build import eval_episodes
+
+    print(f"{where}, {eval_episodes(config)} held-out episodes:")
     for key, value in sorted(metrics.items()):
         print(f"  {key:<40} {value:.4f}")
     return 0

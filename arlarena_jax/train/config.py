@@ -68,6 +68,12 @@ class EnvCommon:
     num_workers: int = 0  # host environment pool processes (0: in-process / JAX-native)
     step_timeout_s: float = 60.0  # per step call to a pool worker
     data_path: str | None = None  # ALFWorld: the root holding json_2.1.1/<split>/ games
+    # How the rollout makes training rows: "turn" (one per agent turn, the prompt rebuilt every
+    # turn) or "trajectory" (one per episode, the conversation continued; observation tokens
+    # masked out of the loss). null: the environment's default (EnvSpec.rows).
+    rows: str | None = None
+    max_observation_tokens: int = 256  # trajectory rows: an observation's token cap
+    max_right_tokens: int = 8192  # trajectory rows: responses + observations of one episode
 
 
 def _env_config() -> type:
@@ -206,11 +212,20 @@ def ignored_env_keys(config: Config) -> list[str]:
     environment ignores (its ``EnvSpec.ignores``)."""
     spec = registry.get(config.env.name)
     defaults = EnvCommon()
-    return [
+    lines = [
         f"config key 'env.{key}' has no effect for env {spec.name!r} ({reason})"
         for key, reason in spec.ignores.items()
         if getattr(config.env, key) != getattr(defaults, key)
     ]
+    if (
+        spec.eval_episodes is not None
+        and config.trainer.eval_episodes != TrainerConfig().eval_episodes
+    ):
+        lines.append(
+            f"config key 'trainer.eval_episodes' has no effect for env {spec.name!r} (its "
+            "evaluation plays every problem a fixed number of times)"
+        )
+    return lines
 
 
 def _fail(key: str, message: str) -> None:
@@ -279,6 +294,17 @@ def _check_env_name(env: Any) -> None:
     registry.get(env.name).task_format(env)
 
 
+def _check_rows(env: Any) -> None:
+    """``env.rows`` is a layout the environment supports, and its token caps are positive."""
+    supported = registry.get(env.name).rows
+    if env.rows is not None and env.rows not in supported:
+        _fail(
+            "env.rows",
+            f"env {env.name!r} supports {', '.join(supported)} rows, not {env.rows!r}",
+        )
+    _at_least(env, "env", 1, "max_observation_tokens", "max_right_tokens")
+
+
 def _check_algorithm(algorithm: Any) -> None:
     try:
         preset = PRESETS[preset_key(algorithm.method)]
@@ -332,6 +358,7 @@ def validate(config: Config) -> Config:
     if not env.step_timeout_s > 0:
         _fail("env.step_timeout_s", f"must be > 0, got {env.step_timeout_s!r}")
     _check_env_name(env)
+    _check_rows(env)
     _check(invalid_engine(sampler), "sampler")
     if any(not s for s in sampler.stop_strings):
         _fail("sampler.stop_strings", "stop strings must be non-empty")

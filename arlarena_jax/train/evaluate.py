@@ -11,6 +11,7 @@ of held-out seeds evaluates on a fixed-size environment batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from arlarena_jax.rollout.chunks import seed_chunks
 from arlarena_jax.rollout.loop import Rollout, collect
@@ -28,13 +29,14 @@ def evaluate(
     seeds: Sequence[int],
     max_turns: int,
     history_length: int = 2,
+    rows: Any = None,
     before_chunk: Callable[[], None] | None = None,
 ) -> tuple[dict[str, float], Rollout]:
     """``val/…`` metrics over one episode per seed, and the merged rollout. ``before_chunk()``
     runs before each chunk (the trainer's stop check: it raises to abandon the evaluation)."""
     if not seeds:
         raise ValueError("evaluate needs at least one seed")
-    rows, trajectories = [], []
+    kept_rows, trajectories = [], []
     for chunk in seed_chunks(seeds, envs.num_envs):
         if before_chunk is not None:
             before_chunk()
@@ -46,12 +48,13 @@ def evaluate(
             group_size=1,
             max_turns=max_turns,
             history_length=history_length,
+            rows=rows,
             training=False,
             group_offset=chunk.start,
         )
         kept = {t.trajectory for t in rollout.trajectories[: chunk.real]}
         trajectories += rollout.trajectories[: chunk.real]
-        rows += [r for r in rollout.rows if r.trajectory in kept]
-    merged = Rollout(rows, trajectories, 1, task_format.name)
+        kept_rows += [r for r in rollout.rows if r.trajectory in kept]
+    merged = Rollout(kept_rows, trajectories, 1, task_format.name)
     metrics = rollout_metrics(merged, training=False, episode_metrics=task_format.episode_metrics)
     return metrics, merged

@@ -89,6 +89,7 @@ def collect_batch(
     group_size: int,
     max_turns: int,
     history_length: int,
+    rows: Any = None,
     global_step: int,
 ) -> tuple[Rollout, Rollout, int]:
     """Roll out (docs/environments.md §1.2) with the objective's dynamic-sampling filter
@@ -110,6 +111,7 @@ def collect_batch(
             group_size=group_size,
             max_turns=max_turns,
             history_length=history_length,
+            rows=rows,
             training=True,
             group_offset=len(last) * len(seeds),
         )

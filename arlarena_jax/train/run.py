@@ -124,7 +124,7 @@ class Stopped(Exception):
 
 def eval_seeds(config: Config) -> list[int]:
     start = build.EVAL_SEED_BASE + config.env.eval_seed
-    return list(range(start, start + config.trainer.eval_episodes))
+    return list(range(start, start + build.eval_episodes(config)))
 
 
 def eval_policy(policy: SamplerPolicy, config: Config) -> SamplerPolicy:
@@ -178,6 +178,7 @@ class Run:
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
         self.objective = build.build_objective(config)
         self.task_format = build.task_format(config)  # the env's prompts, looked up once
+        self.rows = build.row_layout(config)  # turn rows (None) or trajectory rows
         self.optimizer = rl_optimizer(config)
         self.checkpointer = self._closing.enter_context(
             Checkpointer(
@@ -425,6 +426,7 @@ class Run:
             seeds=eval_seeds(c),
             max_turns=c.env.max_turns,
             history_length=c.env.history_length,
+            rows=self.rows,
             before_chunk=self.check_stop,
         )
         if step is not None:
@@ -476,6 +478,7 @@ class Run:
                 group_size=c.env.group_size,
                 max_turns=c.env.max_turns,
                 history_length=c.env.history_length,
+                rows=self.rows,
                 global_step=step,
             )
         with timer("update"):
@@ -650,7 +653,7 @@ def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) 
         cached(lambda width: make_log_prob_fn(graphdef, prompt_length=width, **common)),
         make_prepare_fn(objective),
         config.sampler.max_prefill_length,
-        config.sampler.max_new_tokens,
+        build.response_width(config),
         pad_id=int(tokenizer.pad_token_id or 0),
         ppo_epochs=t.ppo_epochs,
         mesh=mesh,
