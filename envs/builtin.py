@@ -4,6 +4,7 @@ first lookup)."""
 from __future__ import annotations
 
 from envs.alfworld.spec import ALFWORLD
+from envs.math.spec import MATH
 from envs.registry import register
 from envs.sokoban.spec import SOKOBAN
 from envs.webshop.spec import WEBSHOP
@@ -11,3 +12,4 @@ from envs.webshop.spec import WEBSHOP
 register(SOKOBAN)
 register(ALFWORLD)
 register(WEBSHOP)
+register(MATH)

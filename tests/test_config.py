@@ -156,7 +156,8 @@ def test_load_config_applies_overrides_before_validation(tmp_path):
         ("trainer.export_hf=1", "'trainer.export_hf': expected bool, got 1 (int)"),
         (
             "env.name=chess",
-            "'env.name': unknown environment 'chess' (registered: alfworld, sokoban, webshop)",
+            "'env.name': unknown environment 'chess' "
+            "(registered: alfworld, math, sokoban, webshop)",
         ),
         ("optim.schedule=linear", "'optim.schedule': expected one of 'constant', 'cosine'"),
         ("sampler.stop_strings=[1]", "'sampler.stop_strings[0]': expected str, got 1 (int)"),

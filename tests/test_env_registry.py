@@ -53,8 +53,12 @@ def test_environments_never_import_the_rollout_sampler_or_trainer():
 
 
 def test_builtin_environments():
-    assert registry.names() == ("alfworld", "sokoban", "webshop")
+    assert registry.names() == ("alfworld", "math", "sokoban", "webshop")
     sokoban, alfworld = registry.get("sokoban"), registry.get("alfworld")
+    math_ = registry.get("math")
+    assert math_.prompts == ("paper", "compact") and math_.rows == ("trajectory",)
+    assert math_.eval_episodes is not None and math_.method_settings == {}
+    assert all(registry.get(n).rows == ("turn",) for n in ("sokoban", "alfworld", "webshop"))
     webshop = registry.get("webshop")
     assert webshop.prompts == ("paper",) and webshop.commands is not None
     assert webshop.method_settings["sampo"] == {"gigpo_mode": "mean_norm", "cold_start_steps": 5}
@@ -64,13 +68,13 @@ def test_builtin_environments():
     assert alfworld.commands is not None and sokoban.commands is None
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math"])
 def test_env_config_has_each_settings_section(name):
     spec = registry.get(name)
     assert isinstance(getattr(EnvConfig(), name), spec.settings)
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math"])
 def test_paper_settings_are_the_paper_scale_config(name):
     config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
     spec = registry.get(name)
@@ -83,15 +87,15 @@ def test_unknown_names_and_prompts_are_one_line_errors():
     with pytest.raises(ValueError) as info:
         registry.get("webshp")
     assert str(info.value) == (
-        "unknown environment 'webshp' (did you mean 'webshop'? registered: alfworld, sokoban, "
-        "webshop)"
+        "unknown environment 'webshp' (did you mean 'webshop'? registered: alfworld, math, "
+        "sokoban, webshop)"
     )
     env = SimpleNamespace(name="alfworld", prompt="compact")
     with pytest.raises(ConfigError) as info:
         registry.get("alfworld").task_format(env)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("config key 'env.prompt': 'compact' exists only for sokoban")
+    assert message.startswith("config key 'env.prompt': 'compact' exists only for math, sokoban")
     with pytest.raises(ValueError, match="purpose must be 'train' or 'eval'"):
         registry.check_purpose("test")
 
@@ -102,7 +106,9 @@ def test_config_validation_reads_the_registry():
 
     with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'textworld' \(regis"):
         validate(env(name="textworld"))
-    with pytest.raises(ConfigError, match=r"'env\.prompt': 'compact' exists only for sokoban"):
+    with pytest.raises(
+        ConfigError, match=r"'env\.prompt': 'compact' exists only for math, sokoban"
+    ):
         validate(env(name="alfworld", prompt="compact"))
     with pytest.raises(ConfigError, match=r"'env\.prompt': 'tiny' exists for no environment"):
         validate(env(name="sokoban", prompt="tiny"))

@@ -1,1 +1,4 @@
-"""Tool-integrated math (spec environments §5): so far the sandbox that runs model-written code."""
+"""Tool-integrated math (spec environments §5; docs/environments.md §8, §9): ``tir`` (the text
+rules of the code-interpreter loop), ``env`` (episodes, code in the sandbox, scoring), ``sandbox``
+(the isolated executor), ``answer`` and ``verify`` (extraction and the math-verify reward, with
+``score_worker``), ``data`` (MATH and AIME problems), ``prompts`` and ``spec`` (registration)."""

@@ -1,0 +1,172 @@
+"""The math environment's registry entry: MATH problems for training, AIME 2024 and 2025 for
+evaluation, model code in the sandbox, math-verify for the reward (docs/environments.md §8).
+
+Training batches play ``env.math.train_files`` (seed ``s`` plays problem ``s % P``), evaluation
+batches ``env.math.eval_files``; an evaluation plays every evaluation problem
+``env.math.eval_samples`` (k) times, so ``val/<dataset>/accuracy`` is avg@k. The files are read
+from ``env.data_path``, else ``$ARLARENA_MATH_DATA``, else ``../shared/data/math`` beside the
+checkout. Rows are trajectory rows: one per episode, observation tokens masked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from arlarena_jax.errors import ConfigError, InvalidField
+from envs.base import EnvBatch
+from envs.math.prompts import COMPACT_FORMAT, MATH_FORMAT
+from envs.registry import EnvSpec, check_purpose
+from envs.text import Expert, Generation
+
+
+@dataclasses.dataclass(frozen=True)
+class MathConfig:
+    """The ``env.math`` config section."""
+
+    train_files: tuple[str, ...] = ("math_l3to5_train",)  # <name>.jsonl.gz in the data folder
+    eval_files: tuple[str, ...] = ("aime2024", "aime2025")
+    eval_samples: int = 4  # k of avg@k: episodes per evaluation problem
+    sandbox_timeout_s: float = 10.0  # wall clock per run (original: 3 s config, 10 s scripts)
+    sandbox_cpu_s: int = 10
+    sandbox_memory_mb: int = 2048
+    sandbox_processes: int = 32
+    isolation: str = "auto"  # auto | bwrap | unshare | userns | none
+    allow_unsandboxed: bool = False  # isolation none (or auto with nothing available) runs bare
+    executors: int = 0  # sandbox runs in flight at once; 0: the usable cores
+    score_timeout_s: float = 10.0  # math-verify's budget per answer (the original's 10 s)
+    scorers: int = 0  # answers scored at once; 0: the usable cores
+    remove_void_turns: bool = True  # mask trajectories holding a void turn out of the loss
+
+    def __post_init__(self) -> None:
+        from envs.math.sandbox import ISOLATIONS
+
+        if self.isolation not in ISOLATIONS:
+            raise InvalidField(
+                "math",
+                "isolation",
+                f"must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}",
+            )
+        for field in ("eval_samples", "sandbox_cpu_s", "sandbox_memory_mb", "sandbox_processes"):
+            if not getattr(self, field) >= 1:
+                raise InvalidField("math", field, f"must be >= 1, got {getattr(self, field)!r}")
+        for field in ("sandbox_timeout_s", "score_timeout_s"):
+            if not getattr(self, field) > 0:
+                raise InvalidField("math", field, f"must be > 0, got {getattr(self, field)!r}")
+        for field in ("executors", "scorers"):
+            if not getattr(self, field) >= 0:
+                raise InvalidField("math", field, f"must be >= 0, got {getattr(self, field)!r}")
+        if not self.train_files or not self.eval_files:
+            raise InvalidField("math", "train_files", "train_files and eval_files need a file each")
+
+
+def sandbox_config(env: Any) -> Any:
+    """The :class:`envs.math.sandbox.SandboxConfig` of ``env.math``."""
+    from envs.math.sandbox import SandboxConfig
+
+    m = env.math
+    return SandboxConfig(
+        timeout_s=m.sandbox_timeout_s,
+        cpu_s=m.sandbox_cpu_s,
+        memory_mb=m.sandbox_memory_mb,
+        processes=m.sandbox_processes,
+        isolation=m.isolation,
+        allow_unsandboxed=m.allow_unsandboxed,
+    )
+
+
+def problems(env: Any, purpose: str) -> tuple:
+    """The purpose's problems; a missing or malformed file is a one-line ConfigError."""
+    from envs.math.data import load_split
+
+    names = env.math.train_files if check_purpose(purpose) == "train" else env.math.eval_files
+    try:
+        return load_split(env.data_path, names)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"config key 'env.data_path': {exc}") from None
+
+
+def check_data(env: Any, training: bool) -> None:
+    """The evaluation (and, when ``training``, the training) problems load, and the sandbox's
+    isolation is available."""
+    from envs.math.sandbox import SandboxUnavailable, resolve_isolation
+
+    problems(env, "eval")
+    if training:
+        problems(env, "train")
+    try:
+        resolve_isolation(sandbox_config(env))
+    except SandboxUnavailable as exc:
+        raise ConfigError(f"config key 'env.math.isolation': {exc}") from None
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
+    """``num_envs`` episodes in this process; code runs in up to ``env.math.executors`` sandboxes
+    at once and answers are scored by ``env.math.scorers`` scoring workers."""
+    from envs.math.env import MathBatch, ThreadScorers
+    from envs.math.sandbox import run_many
+
+    m, config = env.math, sandbox_config(env)
+    executors = m.executors or usable_cores()
+    scorers = m.scorers or usable_cores()
+    return MathBatch(
+        problems(env, purpose),
+        num_envs,
+        execute=lambda programs: run_many(programs, config, workers=executors),
+        score=ThreadScorers(m.score_timeout_s),
+        max_turns=env.max_turns,
+        remove_void_turns=m.remove_void_turns,
+        scorers=scorers,
+        avg_at=m.eval_samples if purpose == "eval" else None,
+    )
+
+
+def eval_episodes(env: Any) -> int:
+    """Every evaluation problem ``env.math.eval_samples`` times (avg@k)."""
+    return len(problems(env, "eval")) * env.math.eval_samples
+
+
+def oracle_reply(answer: str) -> str:
+    """The answer oracle's reply: one code block handing the ground truth to ``final_answer``."""
+    return f"Let me give the answer.\n```python\nresult = {answer!r}\nfinal_answer(result)\n```"
+
+
+def expert(env: Any) -> Expert:
+    """The answer oracle over the training problems: it reads the ground truth and returns it
+    through ``final_answer`` in one code turn. It exists for the tiny tokenizer's corpus and for
+    pipeline tests; the paper trains from the base model (no cloning)."""
+    train = problems(env, "train")
+
+    def policy_for(seeds: list[int]):
+        answers = [train[int(s) % len(train)].answer for s in seeds]
+
+        def policy(prompts: list[str], *, training: bool) -> list[Generation]:
+            return [Generation(oracle_reply(a)) for a in answers[: len(prompts)]]
+
+        return policy
+
+    return Expert(policy_for, every_turn=True, batch_size=env.train_batch_size * env.group_size)
+
+
+MATH = EnvSpec(
+    name="math",
+    make_batch=make_batch,
+    formats={"paper": MATH_FORMAT, "compact": COMPACT_FORMAT},
+    expert=expert,
+    check_data=check_data,
+    settings=MathConfig,
+    tokenizer_episodes=64,
+    paper={"train_batch_size": 512, "group_size": 5, "max_turns": 5},
+    rows=("trajectory",),
+    eval_episodes=eval_episodes,
+    ignores={
+        "history_length": "trajectory rows continue one conversation",
+        "num_workers": "code runs in sandbox subprocesses, episodes in this process",
+        "step_timeout_s": "the sandbox has its own wall clock (env.math.sandbox_timeout_s)",
+    },
+)
