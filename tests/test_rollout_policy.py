@@ -16,10 +16,12 @@ from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.objectives.host import collate
 from arlarena_jax.rollout import SamplerPolicy, collect
-from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, SamplingParams
+from arlarena_jax.rollout.trajectory import TrajectoryRows
+from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, Request, SamplingParams
 from arlarena_jax.tokenization import encode_chat, stop_token_ids, train_tiny
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import Observation, Step
+from envs.text import Context
 
 
 class Counter:
@@ -130,3 +132,49 @@ def test_rollout_with_sampler_policy_collates(llm):
         rtol=1e-6,
     )
     assert jax.device_get(batch.traj_ids).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_continue_from_generates_after_the_whole_context(llm):
+    """Greedy: continuing an empty right side is the plain call; a context's new tokens are at most
+    its budget; an over-long context keeps its last max_prefill_length tokens."""
+    _, tokenizer = llm
+    policy = make_policy(llm)
+    (plain,) = policy(["look room"], training=False)
+    context = Context("look room", plain.prompt_ids, "", (), 100)
+    (same,) = policy.continue_from([context], training=False)
+    assert same == plain
+    ids = policy.encode_text(" look look")
+    assert policy.decode(ids) == tokenizer.decode(ids, skip_special_tokens=True)
+    grown = context._replace(text=" look look", ids=tuple(ids), budget=2)
+    (short,) = policy.continue_from([grown], training=False)
+    assert 1 <= len(short.response_ids) <= 2 and list(short.prompt_ids) == list(plain.prompt_ids)
+    direct = policy._generate(
+        [Request([*plain.prompt_ids, *ids], n=1, max_new_tokens=2)], training=False
+    )[0]
+    assert short.response_ids == direct.response_ids
+    long = context._replace(ids=tuple(ids * 40))  # far over max_prefill_length 48
+    (cut,) = policy.continue_from([long], training=False)
+    assert len(cut.response_ids) >= 1
+
+
+def test_trajectory_rollout_with_sampler_policy(llm):
+    """Trajectory rows on the real policy: the row's ids are response + observation segments,
+    the observation tokens masked and cut to max_observation_tokens."""
+
+    def short_prompt(obs, task, window):
+        return obs.text[-12:]
+
+    fmt = ALFWORLD_FORMAT._replace(build_prompt=short_prompt, continuation=lambda o: o.text)
+    rows = TrajectoryRows(max_observation_tokens=3, max_right_tokens=40)
+    rollout = collect(
+        Counter(2), fmt, make_policy(llm), group_seeds=[0], group_size=2, max_turns=3, rows=rows
+    )
+    assert len(rollout.rows) == 2
+    for row in rollout.rows:
+        assert len(row.response_ids) == len(row.log_probs) == len(row.loss_mask) <= 40
+        masked = [lp for lp, m in zip(row.log_probs, row.loss_mask, strict=True) if not m]
+        assert masked and all(lp == 0.0 for lp in masked)
+        assert sum(1 - m for m in row.loss_mask) <= 3 * 3  # three observations of <= 3 tokens
+    batch = collate(rollout.to_host_turns())
+    mask = np.asarray(batch.response_mask)
+    assert mask[0, : len(rollout.rows[0].loss_mask)].tolist() == rollout.rows[0].loss_mask
