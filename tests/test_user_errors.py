@@ -272,3 +272,19 @@ def test_every_ignored_key_is_a_common_env_key_with_a_reason():
         assert all(reason for reason in ignores.values()), name
     assert set(registry.get("sokoban").ignores) == {"num_workers", "step_timeout_s", "data_path"}
     assert not registry.get("alfworld").ignores
+
+
+def test_trajectory_caps_under_turn_rows_and_math_eval_episodes_warn(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", CONFIG, "env.max_right_tokens=100", "--print-config"])
+    assert info.value.code == 0
+    assert capsys.readouterr().err == (
+        "arlarena: warning: config key 'env.max_right_tokens' has no effect with turn rows (it "
+        "caps trajectory rows)\n"
+    )
+    with pytest.raises(SystemExit) as info:
+        cli.main(
+            ["train", "configs/math/base_tiny.yaml", "trainer.eval_episodes=7", "--print-config"]
+        )
+    assert info.value.code == 0
+    assert "'trainer.eval_episodes' has no effect for env 'math'" in capsys.readouterr().err

@@ -209,7 +209,8 @@ def check_mesh_devices(mesh: MeshConfig, devices: int) -> None:
 
 def ignored_env_keys(config: Config) -> list[str]:
     """One warning line for each common ``env`` key set away from its default that the chosen
-    environment ignores (its ``EnvSpec.ignores``)."""
+    environment ignores (its ``EnvSpec.ignores``), for the trajectory-row caps under turn rows,
+    and for ``trainer.eval_episodes`` where the environment fixes its evaluation's size."""
     spec = registry.get(config.env.name)
     defaults = EnvCommon()
     lines = [
@@ -217,6 +218,12 @@ def ignored_env_keys(config: Config) -> list[str]:
         for key, reason in spec.ignores.items()
         if getattr(config.env, key) != getattr(defaults, key)
     ]
+    if (config.env.rows or spec.rows[0]) == "turn":
+        lines += [
+            f"config key 'env.{key}' has no effect with turn rows (it caps trajectory rows)"
+            for key in ("max_observation_tokens", "max_right_tokens")
+            if getattr(config.env, key) != getattr(defaults, key)
+        ]
     if (
         spec.eval_episodes is not None
         and config.trainer.eval_episodes != TrainerConfig().eval_episodes
