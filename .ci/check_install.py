@@ -3,8 +3,8 @@
 * every module of ``arlarena_jax`` and ``envs`` imports (an optional engine is imported lazily,
   so the package imports without its extra);
 * every subcommand of the installed ``arlarena`` script answers ``--help``;
-* without the ``alfworld`` extra, ``arlarena alfworld build|generate`` stop with one line that
-  names the extra, before doing any work.
+* without the ``alfworld`` extra, ``arlarena alfworld build|generate`` and ``arlarena textworld
+  build`` stop with one line that names the extra, before doing any work.
 
 Exits 1 with one line per failure.
 """
@@ -67,14 +67,16 @@ def extra_failures(script: str) -> list[str]:
         return []  # the extra is installed: nothing to refuse
     failures = []
     with tempfile.TemporaryDirectory() as out:
-        for command in ("build", "generate"):
-            done = subprocess.run(
-                [script, "alfworld", command, out], capture_output=True, text=True
-            )
+        for group, command in (
+            ("alfworld", "build"),
+            ("alfworld", "generate"),
+            ("textworld", "build"),
+        ):
+            done = subprocess.run([script, group, command, out], capture_output=True, text=True)
             lines = done.stderr.strip().splitlines()
             if done.returncode != 2 or len(lines) != 1 or ".[alfworld]" not in lines[0]:
                 failures.append(
-                    f"arlarena alfworld {command} without the extra: exit {done.returncode}, "
+                    f"arlarena {group} {command} without the extra: exit {done.returncode}, "
                     f"{len(lines)} stderr lines (want 2 and one line naming .[alfworld])"
                 )
     return failures

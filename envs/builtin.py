@@ -7,9 +7,11 @@ from envs.alfworld.spec import ALFWORLD
 from envs.math.spec import MATH
 from envs.registry import register
 from envs.sokoban.spec import SOKOBAN
+from envs.textworld.spec import TEXTWORLD
 from envs.webshop.spec import WEBSHOP
 
 register(SOKOBAN)
 register(ALFWORLD)
 register(WEBSHOP)
 register(MATH)
+register(TEXTWORLD)

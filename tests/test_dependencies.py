@@ -5,8 +5,8 @@ The check is static: each ``import`` (module level or inside a function) and eac
 it in this environment (``importlib.metadata.packages_distributions``):
 
 * the library (``arlarena_jax/``, ``envs/``) may use the runtime dependencies only, and the
-  ``alfworld`` extra inside ``envs/alfworld/``, imported lazily (never at module level), so that
-  ``pip install -e .`` without the extra imports every module;
+  ``alfworld`` extra inside ``envs/alfworld/`` and ``envs/textworld/``, imported lazily (never at
+  module level), so that ``pip install -e .`` without the extra imports every module;
 * the tests, benchmarks and CI scripts may also use the ``dev`` and ``alfworld`` extras;
 * ``requirements.txt`` lists exactly the requirements of ``pyproject.toml``, with the same
   version specifiers.
@@ -31,7 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCAL = {"arlarena_jax", "envs", "tests", "bench", "timing", "turn_rows", "conftest"}
 LOCAL |= {p.stem for p in (ROOT / "tests").glob("*.py")}
-LAZY_EXTRA_HOME = {"alfworld": "envs/alfworld/", "webshop": "envs/webshop/"}
+# where an extra may be imported (lazily): the alfworld extra brings textworld, which the
+# TextWorld games use too
+LAZY_EXTRA_HOME = {
+    "alfworld": ("envs/alfworld/", "envs/textworld/"),
+    "webshop": ("envs/webshop/",),
+}
 # Optional backends a user installs by hand (not in any extra: they need more than pip), imported
 # lazily in one file only, whose one-line error says how to install them.
 MANUAL_OPTIONAL = {"pyserini": "envs/webshop/search.py"}  # pyserini 0.17.0 + Java 11+ + an index

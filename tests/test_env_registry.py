@@ -53,7 +53,7 @@ def test_environments_never_import_the_rollout_sampler_or_trainer():
 
 
 def test_builtin_environments():
-    assert registry.names() == ("alfworld", "math", "sokoban", "webshop")
+    assert registry.names() == ("alfworld", "math", "sokoban", "textworld", "webshop")
     sokoban, alfworld = registry.get("sokoban"), registry.get("alfworld")
     math_ = registry.get("math")
     assert math_.prompts == ("paper", "compact") and math_.rows == ("trajectory",)
@@ -66,15 +66,18 @@ def test_builtin_environments():
     assert (sokoban.tokenizer_episodes, alfworld.tokenizer_episodes) == (256, 32)
     assert sokoban.method_settings == {} and alfworld.method_settings == {}
     assert alfworld.commands is not None and sokoban.commands is None
+    textworld = registry.get("textworld")
+    assert textworld.prompts == ("paper",) and textworld.rows == ("turn",)
+    assert textworld.commands is not None and textworld.expert is not None
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math", "textworld"])
 def test_env_config_has_each_settings_section(name):
     spec = registry.get(name)
     assert isinstance(getattr(EnvConfig(), name), spec.settings)
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math"])
+@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math", "textworld"])
 def test_paper_settings_are_the_paper_scale_config(name):
     config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
     spec = registry.get(name)
@@ -88,7 +91,7 @@ def test_unknown_names_and_prompts_are_one_line_errors():
         registry.get("webshp")
     assert str(info.value) == (
         "unknown environment 'webshp' (did you mean 'webshop'? registered: alfworld, math, "
-        "sokoban, webshop)"
+        "sokoban, textworld, webshop)"
     )
     env = SimpleNamespace(name="alfworld", prompt="compact")
     with pytest.raises(ConfigError) as info:
@@ -104,8 +107,8 @@ def test_config_validation_reads_the_registry():
     def env(**kw):
         return dataclasses.replace(Config(), env=dataclasses.replace(Config().env, **kw))
 
-    with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'textworld' \(regis"):
-        validate(env(name="textworld"))
+    with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'chess' \(regis"):
+        validate(env(name="chess"))
     with pytest.raises(
         ConfigError, match=r"'env\.prompt': 'compact' exists only for math, sokoban"
     ):

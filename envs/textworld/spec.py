@@ -1,0 +1,154 @@
+"""TextWorld's registry entry: generated games in the host pool, the ALFWorld-shaped prompt, the
+walkthrough-replay expert and the game sets, built on demand (docs/environments.md §10).
+
+Training batches play the ``train`` split, evaluation batches the held-out ``eval`` split of the
+tier's games (``envs.textworld.build``); seed ``s`` plays game ``s % len(games)``. The games live
+in ``env.data_path``, else ``$ARLARENA_TEXTWORLD_DIR``, else ``~/.cache/arlarena/textworld``.
+Missing games are generated there when the data is checked (``env.textworld.auto_build``, the
+default: generation is deterministic, so the cache holds the same games on every machine), or
+beforehand with ``arlarena textworld build``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from arlarena_jax.errors import ConfigError, InvalidField
+from envs.base import EnvBatch
+from envs.registry import EnvSpec, check_purpose
+from envs.text import Expert
+from envs.textworld.prompts import TEXTWORLD_FORMAT
+
+logger = logging.getLogger(__name__)
+TIER_NAMES = ("w2-o3-q4", "w4-o6-q8", "cooking")
+DIR_VARIABLE = "ARLARENA_TEXTWORLD_DIR"
+
+
+@dataclasses.dataclass(frozen=True)
+class TextworldConfig:
+    """The ``env.textworld`` config section."""
+
+    tier: str = "w2-o3-q4"  # w2-o3-q4 | w4-o6-q8 | cooking (docs/environments.md §10.2)
+    train_games: int = 1000  # distinct training games
+    eval_games: int = 100  # distinct held-out games
+    seed: int = 0  # first generation seed (held-out seeds start 1,000,000 higher)
+    auto_build: bool = True  # generate missing games into the cache when the data is checked
+    build_workers: int = 0  # processes generating games on demand (0: this process)
+    win_reward: float = 10.0  # the reward of the winning step, as ALFWorld's
+    expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIER_NAMES:
+            raise InvalidField(
+                "textworld", "tier", f"must be one of {', '.join(TIER_NAMES)}, got {self.tier!r}"
+            )
+        for field in ("train_games", "eval_games"):
+            if getattr(self, field) < 1:
+                raise InvalidField("textworld", field, f"must be >= 1, got {getattr(self, field)}")
+        for field in ("seed", "build_workers"):
+            if getattr(self, field) < 0:
+                raise InvalidField("textworld", field, f"must be >= 0, got {getattr(self, field)}")
+
+
+def data_root(env: Any) -> Path:
+    """Where the games live (see module doc)."""
+    if env.data_path is not None:
+        return Path(env.data_path)
+    if os.environ.get(DIR_VARIABLE):
+        return Path(os.environ[DIR_VARIABLE])
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "arlarena" / "textworld"
+
+
+def _split(env: Any, split: str, exclude: frozenset[str]) -> list[Any]:
+    from envs.textworld.build import build_split, existing_split, split_folder
+
+    t = env.textworld
+    count = t.train_games if split == "train" else t.eval_games
+    root = data_root(env)
+    found = existing_split(root, t.tier, t.seed, split, count, exclude)
+    if len(found) == count:
+        return found
+    folder = split_folder(root, t.tier, t.seed, split)
+    if not t.auto_build:
+        raise ConfigError(
+            f"config key 'env.textworld.auto_build': {len(found)} of {count} {split} games in "
+            f"{folder} (build them with `arlarena textworld build`)"
+        )
+    logger.warning("generating %d TextWorld %s games into %s", count - len(found), split, folder)
+    return build_split(root, t.tier, t.seed, split, count, exclude=exclude, workers=t.build_workers)
+
+
+def split_games(env: Any, split: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The game files of ``split`` (``train`` or ``eval``) and their walkthroughs."""
+    from envs.textworld.build import split_folder
+
+    held_out = _split(env, "eval", frozenset())
+    chosen = held_out
+    if split == "train":
+        chosen = _split(env, "train", frozenset(g.hash for g in held_out))
+    t = env.textworld
+    folder = split_folder(data_root(env), t.tier, t.seed, split)
+    return tuple(str(folder / g.file) for g in chosen), tuple(g.walkthrough for g in chosen)
+
+
+def check_data(env: Any, training: bool) -> None:
+    """The engine and the held-out games, and the training games when ``training``."""
+    from envs.textworld import engine
+
+    if not engine.available():
+        raise ConfigError(
+            f"config key 'env.name': 'textworld' needs the real engine: {engine.INSTALL_HINT}"
+        )
+    split_games(env, "train" if training else "eval")
+
+
+def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
+    """``num_envs`` games of the purpose's split in ``env.num_workers`` pool processes (0: in
+    this process), each episode capped at ``env.max_turns`` steps."""
+    from envs.pool import text_env_batch
+    from envs.textworld.env import TextworldFactory
+
+    split = "train" if check_purpose(purpose) == "train" else "eval"
+    files, _ = split_games(env, split)
+    factory = TextworldFactory(files, max_steps=env.max_turns, win_reward=env.textworld.win_reward)
+    return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
+
+
+def expert(env: Any) -> Expert:
+    """Replays of the training games' walkthroughs, one per distinct game."""
+    from envs.textworld.expert import walkthrough_expert
+
+    _, walkthroughs = split_games(env, "train")
+    return walkthrough_expert(
+        walkthroughs,
+        think=env.textworld.expert_think,
+        batch_size=env.train_batch_size * env.group_size,
+    )
+
+
+def add_commands(subparsers: Any) -> None:
+    """``arlarena textworld build``."""
+    from envs.textworld.cli import add_commands as add
+
+    add(subparsers)
+
+
+TEXTWORLD = EnvSpec(
+    name="textworld",
+    make_batch=make_batch,
+    formats={"paper": TEXTWORLD_FORMAT},
+    expert=expert,
+    check_data=check_data,
+    settings=TextworldConfig,
+    tokenizer_episodes=32,
+    # meow-tea-taro examples/textworld/run_reinforce_pp_qwen-1.5b.sh: w2-o3-q4, rollout.n 8,
+    # max_iter 12 turns, 5000 training instances; batch and history as ALFWorld's
+    paper={"train_batch_size": 16, "group_size": 8, "max_turns": 12, "history_length": 2},
+    commands=add_commands,
+    ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
+)

@@ -1,0 +1,179 @@
+"""TextWorld on the real engine: game generation (deterministic, deduplicated, disjoint splits),
+the environment, its prompt, the walkthrough expert and the pool (docs/environments.md §10).
+
+Needs ``textworld`` (the ``alfworld`` extra); skips with the reason otherwise. The games are
+generated once per module into a temporary folder (~1 s each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("textworld", reason="TextWorld tests need textworld (the alfworld extra)")
+
+from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_jax.rollout import collect
+from arlarena_jax.train.config_io import load_config
+from envs.local import LocalEnvBatch
+from envs.pool import EnvPool
+from envs.textworld import spec
+from envs.textworld.build import (
+    EVAL_OFFSET,
+    build_split,
+    read_manifest,
+    select,
+    split_folder,
+)
+from envs.textworld.env import WIN_REWARD, TextworldEnv, TextworldFactory
+from envs.textworld.expert import WalkthroughExpert, walkthrough_expert
+from envs.textworld.games import Generated, generate
+from envs.textworld.prompts import TEXTWORLD_FORMAT
+
+TIER = "w2-o3-q4"
+TRAIN, EVAL = 3, 2
+
+
+def config(root, *overrides: str):
+    settings = [f"env.data_path={root}", f"env.textworld.train_games={TRAIN}"]
+    settings += [f"env.textworld.eval_games={EVAL}", "env.textworld.build_workers=0"]
+    return load_config("configs/textworld/base_tiny.yaml", settings + list(overrides)).env
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("textworld")
+    spec.check_data(config(root), training=True)  # builds both splits on demand
+    return root
+
+
+@pytest.fixture(scope="module")
+def train_games(root):
+    return spec.split_games(config(root), "train")
+
+
+def test_splits_are_built_deterministic_and_disjoint(root, train_games, tmp_path):
+    held_out = read_manifest(split_folder(root, TIER, 0, "eval"))[:EVAL]
+    train = read_manifest(split_folder(root, TIER, 0, "train"))[:TRAIN]
+    assert [g.seed for g in held_out] == [EVAL_OFFSET, EVAL_OFFSET + 1]
+    assert [g.seed for g in train] == [0, 1, 2] and all(g.solvable for g in train + held_out)
+    assert not {g.hash for g in train} & {g.hash for g in held_out}
+    assert len(train_games[0]) == TRAIN and all(w for w in train_games[1])
+    again = build_split(tmp_path, TIER, 0, "train", 1)[0]  # the same game in another folder
+    assert dataclasses.replace(again) == train[0]
+    first = split_folder(root, TIER, 0, "train") / train[0].file
+    same = split_folder(tmp_path, TIER, 0, "train") / again.file
+    assert first.with_suffix(".json").read_bytes() == same.with_suffix(".json").read_bytes()
+    assert build_split(root, TIER, 0, "train", TRAIN) == train  # cached: nothing generated
+
+
+def test_selection_skips_duplicates_unsolvable_and_excluded_games():
+    def game(seed, digest, solvable=True):
+        return Generated(seed, f"{seed}.z8", digest, ("look",), solvable)
+
+    candidates = [game(0, "a"), game(1, "a"), game(2, "b", False), game(3, "c"), game(4, "d")]
+    assert [g.seed for g in select(candidates, 3)] == [0, 3, 4]
+    assert [g.seed for g in select(candidates, 3, frozenset({"c"}))] == [0, 4]
+
+
+def test_reset_and_step_report_admissible_commands_and_score(train_games):
+    files, walkthroughs = train_games
+    env = TextworldEnv(files, max_steps=20)
+    obs = env.reset(TRAIN + 1)  # seed s plays game s % len(games)
+    assert env.game_for(TRAIN + 1) == files[1] and obs.task and obs.task in obs.text
+    assert obs.admissible and "look" in obs.admissible and "$$" not in obs.text
+    obs, reward, done, info = env.step("dance with the moon")  # not a command: no error
+    assert (reward, done, info["won"], info["score"], info["score_delta"]) == (
+        0.0,
+        False,
+        False,
+        0,
+        0,
+    )
+    assert info["max_score"] >= 1 and obs.admissible
+    for command in walkthroughs[1]:
+        obs, reward, done, info = env.step(command)
+    assert (reward, done, info["won"], info["score"]) == (WIN_REWARD, True, True, info["max_score"])
+    assert info["score_delta"] >= 1
+    assert env.step("look")[1:3] == (0.0, True)  # an ended episode changes nothing
+    env.close()
+
+
+def test_step_limit_ends_the_episode(train_games):
+    env = TextworldEnv(train_games[0], max_steps=2)
+    first = env.reset(0)
+    assert not env.step("look")[2] and env.step("look")[2]
+    assert env.reset(0) == first and not env.step("look")[2]  # a new episode of the same game
+    env.close()
+
+
+def test_prompt_lists_the_admissible_commands_and_projects_against_them(train_games):
+    env = TextworldEnv(train_games[0])
+    obs = env.reset(0)
+    task = TEXTWORLD_FORMAT.extract_task(obs)
+    prompt = TEXTWORLD_FORMAT.build_prompt(obs, task, None)
+    assert all(f"'{a}'" in prompt for a in obs.admissible) and "<action>" in prompt
+    command = obs.admissible[0]
+    assert TEXTWORLD_FORMAT.project(f"<think>x</think><action>{command}</action>", obs).action_valid
+    assert not TEXTWORLD_FORMAT.project("<think>x</think><action>fly</action>", obs).action_valid
+    env.close()
+
+
+def test_the_expert_wins_every_game_through_the_prompts(root, train_games):
+    env = config(root)
+    for split in ("train", "eval"):
+        files, walkthroughs = spec.split_games(env, split)
+        batch = LocalEnvBatch(TextworldFactory(files, max_steps=12), len(files))
+        trajectories = collect(
+            batch,
+            TEXTWORLD_FORMAT,
+            WalkthroughExpert(walkthroughs),
+            group_seeds=list(range(len(files))),
+            group_size=1,
+            max_turns=12,
+            skip_done=False,
+            training=False,
+        ).trajectories
+        batch.close()
+        assert [t.won for t in trajectories] == [True] * len(files), split
+    expert = walkthrough_expert(train_games[1])
+    assert expert.task_of(TRAIN + 2) == 2 and expert.every_turn
+
+
+def test_the_pool_runs_the_games_in_two_workers(root, train_games):
+    env = config(root)
+    assert env.num_workers == 2
+    pool = spec.make_batch(env, 4, "train")
+    try:
+        assert isinstance(pool, EnvPool)
+        files, walkthroughs = train_games
+        observations = pool.reset([0, 1, 2, 0])
+        assert observations[0] == observations[3] and all(o.admissible for o in observations)
+        step = pool.step([w[0] for w in walkthroughs] + [walkthroughs[0][0]])
+        assert np.all(step.rewards == 0.0) and all("score" in i for i in step.infos)
+        assert pool.failures == 0 and [i["gamefile"] for i in step.infos[:3]] == list(files)
+    finally:
+        pool.close()
+
+
+def test_missing_games_are_a_one_line_error_without_auto_build(tmp_path):
+    env = config(tmp_path, "env.textworld.auto_build=false")
+    with pytest.raises(ConfigError) as info:
+        spec.check_data(env, training=False)
+    message = str(info.value)
+    assert "\n" not in message and "0 of 2 eval games" in message
+    assert "arlarena textworld build" in message
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(InvalidField, match="tier must be one of w2-o3-q4, w4-o6-q8, cooking"):
+        spec.TextworldConfig(tier="w9")
+    with pytest.raises(InvalidField, match="train_games must be >= 1"):
+        spec.TextworldConfig(train_games=0)
+
+
+def test_the_cooking_tier_generates_winnable_games(tmp_path):
+    game = generate("cooking", 5, "eval", str(tmp_path))
+    assert game.solvable and len(game.walkthrough) > 4 and (tmp_path / game.file).is_file()
