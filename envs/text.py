@@ -61,6 +61,31 @@ def history_fields(window: HistoryWindow) -> dict[str, object]:
     )
 
 
+def quoted_commands(commands: Sequence[str]) -> str:
+    """Single-quoted commands joined by ``"\\n "`` (the admissible-actions block)."""
+    return "\n ".join(f"'{c}'" for c in commands)
+
+
+def admissible_prompt(
+    templates: tuple[str, str],
+    obs: Observation,
+    task: str,
+    window: HistoryWindow | None,
+    actions: str,
+) -> str:
+    """Fill ``(with_history, no_history)`` templates of the ALFWorld shape: the observation, the
+    ``actions`` block and, with a ``window``, the task and the history fields."""
+    with_history, no_history = templates
+    if window is None:
+        return no_history.format(current_observation=obs.text, admissible_actions=actions)
+    return with_history.format(
+        task_description=task,
+        current_observation=obs.text,
+        admissible_actions=actions,
+        **history_fields(window),
+    )
+
+
 def no_task(obs: Observation) -> str:
     """For an environment without a task description (its goal is in the template)."""
     return ""

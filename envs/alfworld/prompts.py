@@ -19,7 +19,8 @@ from envs.text import (
     THINK_THEN_ACT,
     HistoryWindow,
     TaskFormat,
-    history_fields,
+    admissible_prompt,
+    quoted_commands,
     text_memory_action,
 )
 
@@ -63,20 +64,13 @@ def alfworld_task(obs: Observation) -> str:
 
 def alfworld_actions(admissible: Sequence[str]) -> str:
     """Single-quoted commands without ``help``, joined by ``"\\n "`` (docs/environments.md §1.4)."""
-    return "\n ".join(f"'{a}'" for a in admissible if a != "help")
+    return quoted_commands([a for a in admissible if a != "help"])
 
 
 def alfworld_prompt(obs: Observation, task: str, window: HistoryWindow | None) -> str:
     """ALFWorld user message (docs/environments.md §1.4); ``window=None`` selects ``NO_HIS``."""
     actions = alfworld_actions(obs.admissible)
-    if window is None:
-        return ALFWORLD_NO_HIS.format(current_observation=obs.text, admissible_actions=actions)
-    return ALFWORLD.format(
-        task_description=task,
-        current_observation=obs.text,
-        admissible_actions=actions,
-        **history_fields(window),
-    )
+    return admissible_prompt((ALFWORLD, ALFWORLD_NO_HIS), obs, task, window, actions)
 
 
 def alfworld_project(text: str, obs: Observation) -> Projection:

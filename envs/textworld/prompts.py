@@ -18,7 +18,8 @@ from envs.text import (
     THINK_THEN_ACT,
     HistoryWindow,
     TaskFormat,
-    history_fields,
+    admissible_prompt,
+    quoted_commands,
     text_memory_action,
 )
 
@@ -50,20 +51,13 @@ def textworld_task(obs: Observation) -> str:
 
 def textworld_actions(admissible: Sequence[str]) -> str:
     """Single-quoted commands joined by ``"\\n "``."""
-    return "\n ".join(f"'{a}'" for a in admissible)
+    return quoted_commands(admissible)
 
 
 def textworld_prompt(obs: Observation, task: str, window: HistoryWindow | None) -> str:
     """TextWorld user message; ``window=None`` selects ``TEXTWORLD_NO_HIS``."""
     actions = textworld_actions(obs.admissible)
-    if window is None:
-        return TEXTWORLD_NO_HIS.format(current_observation=obs.text, admissible_actions=actions)
-    return TEXTWORLD.format(
-        task_description=task,
-        current_observation=obs.text,
-        admissible_actions=actions,
-        **history_fields(window),
-    )
+    return admissible_prompt((TEXTWORLD, TEXTWORLD_NO_HIS), obs, task, window, actions)
 
 
 def textworld_project(text: str, obs: Observation) -> Projection:
