@@ -30,6 +30,10 @@ def _no_data_check(env: Any, training: bool) -> None:
     return None
 
 
+def _ten(env: Any) -> float:
+    return 10.0  # ALFWorld's and Sokoban's win reward
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
     """Everything the trainer needs to know about one environment (see the module doc).
@@ -50,6 +54,10 @@ class EnvSpec:
     * ``commands(subparsers)``: adds the environment's own ``arlarena`` subcommands (optional).
     * ``eval_episodes(env)``: the number of evaluation episodes the environment's protocol
       fixes (math: every problem k times, for avg@k); None: ``trainer.eval_episodes``.
+    * ``native_reward``, ``progress``, ``single_reward(env)``: what the environment's own reward
+      is (``single`` or ``dense``), its progress signal where it has an honest one
+      (:class:`envs.rewards.Progress`), and the winning step's reward under ``env.reward: single``
+      (:mod:`envs.rewards`).
     * ``rows``: the row layouts the environment's formats support (``env.rows``), the default
       first: ``"turn"`` (one row per turn) and/or ``"trajectory"`` (one row per episode, the
       format continues the conversation, docs/environments.md §1.8).
@@ -71,6 +79,9 @@ class EnvSpec:
     ignores: Mapping[str, str] = dataclasses.field(default_factory=dict)
     rows: tuple[str, ...] = ("turn",)
     eval_episodes: Callable[[Any], int] | None = None
+    native_reward: str = "single"  # what the environment's own reward is: single or dense
+    progress: Any = None  # envs.rewards.Progress: the honest progress signal (None: none)
+    single_reward: Callable[[Any], float] = _ten  # the winning step's reward for env.reward single
 
     def __post_init__(self) -> None:
         if not self.rows or not set(self.rows) <= {"turn", "trajectory"}:

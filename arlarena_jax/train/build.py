@@ -32,6 +32,7 @@ from arlarena_jax.train.config import Config, ConfigError, check_mesh_devices, m
 from envs import registry
 from envs.base import EnvBatch
 from envs.registry import EnvSpec
+from envs.rewards import ShapedRewards
 from envs.text import TaskFormat
 
 TOKENIZER_SEED_BASE = 2**31
@@ -67,7 +68,20 @@ def check_data(config: Config, *, training: bool = True) -> None:
 def make_envs(config: Config, num_envs: int, purpose: str = "train") -> EnvBatch:
     """``num_envs`` environments of the run's kind for ``"train"`` or ``"eval"`` tasks
     (``EnvSpec.make_batch``)."""
-    return env_spec(config).make_batch(config.env, num_envs, purpose)
+    spec, env = env_spec(config), config.env
+    batch = spec.make_batch(env, num_envs, purpose)
+    native = env.reward == "native" or (
+        env.reward == spec.native_reward and not env.reward_normalise
+    )
+    if native:
+        return batch
+    return ShapedRewards(
+        batch,
+        env.reward,
+        win_reward=spec.single_reward(env),
+        progress=spec.progress,
+        normalise=env.reward_normalise,
+    )
 
 
 def demonstrations(config: Config, seeds) -> list:

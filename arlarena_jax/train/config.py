@@ -74,6 +74,11 @@ class EnvCommon:
     rows: str | None = None
     max_observation_tokens: int = 256  # trajectory rows: an observation's token cap
     max_right_tokens: int = 8192  # trajectory rows: responses + observations of one episode
+    # The reward the rollout sees: native (the environment's own), single (the win reward only)
+    # or dense (per-turn progress; envs/rewards.py). reward_normalise: dense rewards over the
+    # episode's maximum progress (a won episode's sum to 1).
+    reward: str = "native"
+    reward_normalise: bool = False
 
 
 def _env_config() -> type:
@@ -301,6 +306,19 @@ def _check_env_name(env: Any) -> None:
     registry.get(env.name).task_format(env)
 
 
+def _check_reward(env: Any) -> None:
+    """``env.reward`` is a mode, and ``dense`` only where the environment has progress."""
+    from envs.rewards import MODES
+
+    spec = registry.get(env.name)
+    if env.reward not in MODES:
+        _fail("env.reward", f"must be one of {', '.join(MODES)}, got {env.reward!r}")
+    if env.reward == "dense" and spec.native_reward != "dense" and spec.progress is None:
+        _fail("env.reward", f"env {env.name!r} has no honest progress signal for dense rewards")
+    if env.reward_normalise and (env.reward != "dense" or spec.progress is None):
+        _fail("env.reward_normalise", "needs env.reward: dense on an environment with progress")
+
+
 def _check_rows(env: Any) -> None:
     """``env.rows`` is a layout the environment supports, and its token caps are positive."""
     supported = registry.get(env.name).rows
@@ -366,6 +384,7 @@ def validate(config: Config) -> Config:
         _fail("env.step_timeout_s", f"must be > 0, got {env.step_timeout_s!r}")
     _check_env_name(env)
     _check_rows(env)
+    _check_reward(env)
     _check(invalid_engine(sampler), "sampler")
     if any(not s for s in sampler.stop_strings):
         _fail("sampler.stop_strings", "stop strings must be non-empty")

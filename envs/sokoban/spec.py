@@ -71,4 +71,5 @@ SOKOBAN = EnvSpec(
         "step_timeout_s": "its batch runs in-process",
         "data_path": "its rooms are generated",
     },
+    native_reward="dense",  # shaped every step (docs/environments.md §3.2); single: +10 on a win
 )

@@ -20,6 +20,7 @@ from typing import Any
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
+from envs.rewards import Progress
 from envs.text import Expert
 from envs.textworld.prompts import TEXTWORLD_FORMAT
 
@@ -151,4 +152,10 @@ TEXTWORLD = EnvSpec(
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 12, "history_length": 2},
     commands=add_commands,
     ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
+    # the engine's score: points a step gained over the game's maximum (envs/rewards.py)
+    progress=Progress(
+        gained=lambda info: info.get("score_delta", 0),
+        maximum=lambda info: info.get("max_score", 0),
+    ),
+    single_reward=lambda env: env.textworld.win_reward,
 )
