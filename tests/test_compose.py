@@ -248,16 +248,12 @@ def test_requirements_are_the_union_and_the_check_names_the_component():
     assert "\n" not in str(info.value)
 
 
-def test_the_trainer_provides_every_preset_but_the_critic_ones():
+def test_the_trainer_provides_every_preset_ppo_included():
     from arlarena_jax.train.update import TRAINER_INPUTS
 
     for name in obj.presets.PRESETS:
-        objective = obj.presets.build(name)
-        if obj.Input.VALUES in objective.requirements:
-            with pytest.raises(ValueError, match="needs critic values"):
-                obj.check_requirements(objective, TRAINER_INPUTS)
-        else:
-            obj.check_requirements(objective, TRAINER_INPUTS)
+        obj.check_requirements(obj.presets.build(name), TRAINER_INPUTS)
+    assert obj.Input.VALUES in obj.presets.build("ppo").requirements
 
 
 @pytest.mark.parametrize("name", sorted(obj.presets.PRESETS))

@@ -29,7 +29,14 @@ def test_declared_knobs_are_what_the_builder_reads(name):
     so the preset is built with every switch on as well."""
     preset = PRESETS[name]
     read: set[str] = set()
-    for switches in ({}, {"use_seq_mask": True, "use_kl_loss": True, "dynamic_sampling": True}):
+    every_switch = {
+        "use_seq_mask": True,
+        "use_kl_loss": True,
+        "dynamic_sampling": True,
+        "use_kl_in_reward": True,
+        "kl_in_reward_target": 0.1,
+    }
+    for switches in ({}, every_switch):
         recording = Recording(settings(name, **switches))
         preset.build(recording)
         read |= recording.read
@@ -61,3 +68,16 @@ def test_a_clip_override_changes_the_loss():
     default = float(obj.presets.build("gspo").loss(TV2_LP, batch, TV2_ENTROPY)[0])
     wide = obj.presets.build("gspo", clip_low=10.0, clip_high=10.0)
     assert not np.isclose(float(wide.loss(TV2_LP, batch, TV2_ENTROPY)[0]), default)
+
+
+def test_kl_in_the_reward_composes_with_ppo():
+    """``use_kl_in_reward`` adds the shaper (reference log-probs declared, so the trainer keeps a
+    reference); a target KL makes β adaptive."""
+    plain = obj.presets.build("ppo")
+    shaped = obj.presets.build("ppo", use_kl_in_reward=True, kl_in_reward_coef=0.01)
+    assert obj.Input.REF_LOG_PROBS not in plain.requirements
+    assert {obj.Input.REF_LOG_PROBS, obj.Input.VALUES} <= shaped.requirements
+    assert [s.name for s in shaped.shapers][-1] == "kl_in_reward"
+    assert float(shaped.init_state()[-1]["kl_reward_coef"]) == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="kl_in_reward_target must be > 0"):
+        settings("ppo", use_kl_in_reward=True, kl_in_reward_target=0.0)

@@ -158,14 +158,6 @@ def test_cli_rejects_a_bad_override_in_one_line(capsys):
     assert err.count("\n") == 0 and "did you mean 'trainer.total_steps'" in err
 
 
-def test_cli_refuses_a_method_that_needs_a_critic_in_one_line(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["train", "configs/sokoban/base_tiny.yaml", "algorithm.method=ppo"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "'algorithm.method'" in err and "critic" in err
-
-
 def test_print_config_shows_the_resolved_config_and_runs_nothing(tmp_path, capsys):
     run_dir = tmp_path / "never-created"
     overrides = ["algorithm.clip_high=5e-3", f"trainer.run_dir={run_dir}"]

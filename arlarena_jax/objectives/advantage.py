@@ -26,7 +26,9 @@ from arlarena_jax.objectives.compose import AdvantageEstimator
 from arlarena_jax.objectives.declare import Input
 from arlarena_jax.objectives.stats import (
     EPS_STD,
+    first_token_onehot,
     group_normalize,
+    last_token_onehot,
     masked_whiten,
     row_mean,
     segment_stats,
@@ -351,6 +353,72 @@ def gae(gamma: float = 1.0, lam: float = 1.0) -> AdvantageEstimator:
         return masked_whiten(raw, mask), (raw + values) * mask
 
     return AdvantageEstimator("gae", fn, needs=frozenset({Input.VALUES}))
+
+
+def turn_token_rewards(batch: TurnBatch) -> Array:
+    """Token rewards with each row's placed episode return R replaced by its own turn reward
+    r_env (``step_rewards``): r[i, t] = token_rewards[i, t] + (r_env,i − R_i)·[t = last_i].
+    Shaper terms (the invalid penalty, KL in the reward) stay where they were put."""
+    swap = (batch.step_rewards - batch.episode_returns)[:, None]
+    return (
+        token_rewards(batch)
+        + swap * last_token_onehot(batch.response_mask) * batch.row_mask[:, None]
+    )
+
+
+def _valid_token_gae(
+    rewards: Array, values: Array, mask: Array, boot: Array, gamma: float, lam: float
+) -> Array:
+    """Â over each row's valid tokens only (masked positions are skipped, Â = 0 there), with
+    V after the row's last valid token = ``boot`` [N] and Â after it = 0."""
+
+    def step(carry, column):
+        next_value, next_adv = carry
+        reward, value, valid = column
+        adv = reward + gamma * next_value - value + gamma * lam * next_adv
+        keep = valid > 0
+        carry = (jnp.where(keep, value, next_value), jnp.where(keep, adv, next_adv))
+        return carry, jnp.where(keep, adv, 0.0)
+
+    return _reverse_scan(step, (boot, jnp.zeros_like(boot)), (rewards, values, mask))
+
+
+def multi_turn_gae(gamma: float = 1.0, lam: float = 1.0) -> AdvantageEstimator:
+    """GAE along each trajectory across its turn rows (docs/algorithms.md §3.7b). Needs values.
+
+    The valid tokens of a trajectory's rows, in turn order, are one sequence of steps; each row's
+    turn reward r_env (not the episode return) sits on its last token (:func:`turn_token_rewards`,
+    so dense per-turn rewards are seen where they were earned). δ_t = r_t + γ·V_{t+1} − V_t and
+    Â_t = δ_t + γλ·Â_{t+1}, where the step after a row's last token is the first token of the
+    trajectory's next turn row (V = Â = 0 after the last turn). returns = Â + V, A =
+    masked_whiten(Â, m). Computed per row with the next row's first value as bootstrap, then
+    Â[i, t] += (γλ)^{n_i(t)}·F_{next(i)}, n_i(t) = valid tokens of row i from t on and F_k = Â at
+    row k's first token, the affine recurrence F_k = c_k + (γλ)^{L_k}·F_{k+1} solved by
+    :func:`segmented_reverse_discount` with a per-row decay.
+    """
+    _check_unit_interval("gamma", gamma)
+    _check_unit_interval("lam", lam)
+
+    def fn(batch: TurnBatch) -> tuple[Array, Array]:
+        if batch.values is None:
+            raise ValueError("multi_turn_gae needs critic values: TurnBatch.values is None")
+        mask = token_mask(batch)
+        values = jnp.where(mask > 0, batch.values, 0.0)
+        first = first_token_onehot(mask)
+        first_value = jnp.sum(values * first, axis=-1)
+        ids = (batch.traj_ids, batch.turn_ids, batch.row_mask)
+        boot, has_next = next_turn_value(first_value, *ids)
+        local = _valid_token_gae(turn_token_rewards(batch), values, mask, boot, gamma, lam)
+        remaining = jnp.flip(jnp.cumsum(jnp.flip(mask, -1), -1), -1)  # valid tokens from t on
+        decay = jnp.where(has_next, (gamma * lam) ** jnp.sum(mask, -1), 0.0)
+        head = segmented_reverse_discount(
+            jnp.sum(local * first, axis=-1), batch.traj_ids, batch.turn_ids, decay, batch.row_mask
+        )
+        head_next, _ = next_turn_value(head, *ids)
+        raw = (local + (gamma * lam) ** remaining * head_next[:, None]) * mask
+        return masked_whiten(raw, mask), (raw + values) * mask
+
+    return AdvantageEstimator("multi_turn_gae", fn, needs=frozenset({Input.VALUES}))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class MethodSettings:
     sapo_tau_neg: float = 1.05  # and for negative ones
     gamma: float = 0.95  # discount of step returns (GiGPO, REINFORCE++, GAE)
     gae_lambda: float = 1.0  # GAE λ
+    gae_across_turns: bool = False  # GAE along the trajectory with per-turn rewards (§3.7b)
     step_weight: float = 1.0  # GiGPO ω: A = A_episode + ω·A_step
     gigpo_mode: GiGPOMode = "mean_std_norm"  # divide GiGPO advantages by the group std or not
     drgrpo_max_length: int = 500  # Dr.GRPO's constant normaliser L_max
@@ -67,6 +68,11 @@ class MethodSettings:
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal, sample again
     max_num_gen_batches: int = 3  # rollout tries per step
     cold_start_steps: int = 0  # dynamic sampling stays off for steps ≤ this
+    use_kl_in_reward: bool = False  # subtract β·KL(π_old‖π_ref) from the token rewards (§2.3)
+    kl_in_reward_type: KLType = "k1"  # its KL estimator (verl algorithm.kl_penalty)
+    kl_in_reward_coef: float = 1e-3  # β, or its start with a target (verl kl_ctrl.kl_coef)
+    kl_in_reward_target: float | None = None  # adaptive β towards this KL; null: β fixed
+    kl_in_reward_horizon: int = 10000  # the adaptive controller's horizon (rows)
 
 
 # (predicate, requirement) per numeric field; None passes (regularizer_agg_mode's "follow").
@@ -90,6 +96,9 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "empg_zeta": (lambda v: v >= 0, ">= 0"),
     "max_num_gen_batches": (lambda v: v >= 1, ">= 1"),
     "cold_start_steps": (lambda v: v >= 0, ">= 0"),
+    "kl_in_reward_coef": (lambda v: v >= 0, ">= 0"),
+    "kl_in_reward_target": (lambda v: v > 0, "> 0 (or null: a fixed coefficient)"),
+    "kl_in_reward_horizon": (lambda v: v >= 1, ">= 1"),
 }
 
 
@@ -118,6 +127,11 @@ GENERIC = (
     "dynamic_sampling",
     "max_num_gen_batches",
     "cold_start_steps",
+    "use_kl_in_reward",
+    "kl_in_reward_type",
+    "kl_in_reward_coef",
+    "kl_in_reward_target",
+    "kl_in_reward_horizon",
 )
 CLIP = ("clip_low", "clip_high")
 DUAL_CLIP = (*CLIP, "clip_ratio_c")
@@ -129,6 +143,8 @@ def _generic(s: MethodSettings) -> tuple:
         None if s.regularizer_agg_mode is None else agg.by_name(s.regularizer_agg_mode)
     )
     parts: list = [agg.by_name(s.loss_agg_mode), rewards.invalid_action_penalty(s.invalid_penalty)]
+    if s.use_kl_in_reward:
+        parts.append(rewards.kl_in_reward(s.kl_in_reward_type, _kl_controller(s)))
     if s.use_seq_mask:
         parts.append(ratio.sequence_mask(s.seq_mask_delta))
     if s.use_kl_loss:
@@ -137,6 +153,15 @@ def _generic(s: MethodSettings) -> tuple:
     if s.dynamic_sampling:
         parts.append(GroupFilter(s.max_num_gen_batches, s.cold_start_steps))
     return tuple(parts)
+
+
+def _kl_controller(s: MethodSettings) -> rewards.KLController:
+    """β of the KL-in-reward shaper: fixed, or adaptive when a target KL is set."""
+    if s.kl_in_reward_target is None:
+        return rewards.fixed_kl_controller(s.kl_in_reward_coef)
+    return rewards.adaptive_kl_controller(
+        s.kl_in_reward_coef, s.kl_in_reward_target, s.kl_in_reward_horizon
+    )
 
 
 def _dual_clip(s: MethodSettings) -> Any:
@@ -232,8 +257,10 @@ def reinforce_pp_baseline(s: MethodSettings) -> Objective:
 
 
 def ppo(s: MethodSettings) -> Objective:
-    """PPO-style: GAE(γ, λ) advantages from critic values + dual clip."""
-    estimator = advantage.gae(gamma=s.gamma, lam=s.gae_lambda)
+    """PPO: GAE(γ, λ) advantages from critic values + dual clip; the recipe's row-local GAE, or
+    along each trajectory with per-turn rewards (``gae_across_turns``)."""
+    gae = advantage.multi_turn_gae if s.gae_across_turns else advantage.gae
+    estimator = gae(gamma=s.gamma, lam=s.gae_lambda)
     return chain(estimator, _dual_clip(s), *_generic(s))
 
 
@@ -316,7 +343,10 @@ PRESETS: dict[str, Preset] = {
         reinforce_pp_baseline, GENERIC + DUAL_CLIP, NO_KL, "REINFORCE++ with baseline, no KL"
     ),
     "ppo": Preset(
-        ppo, GENERIC + DUAL_CLIP + ("gamma", "gae_lambda"), NO_KL, "GAE from a critic, no KL"
+        ppo,
+        GENERIC + DUAL_CLIP + ("gamma", "gae_lambda", "gae_across_turns"),
+        NO_KL,
+        "GAE from a critic, no KL",
     ),
 }
 

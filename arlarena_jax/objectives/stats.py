@@ -123,10 +123,21 @@ def last_token_onehot(mask: Array) -> Array:
     return jax.nn.one_hot(last, t, dtype=mask.dtype)
 
 
+def first_token_onehot(mask: Array) -> Array:
+    """One-hot of the first valid position of each row (all zeros for an empty row)."""
+    first = jnp.argmax(mask > 0, axis=-1)
+    return jax.nn.one_hot(first, mask.shape[-1], dtype=mask.dtype) * (jnp.sum(mask, -1) > 0)[
+        :, None
+    ].astype(mask.dtype)
+
+
 def segmented_reverse_discount(
-    rewards: Array, segment_ids: Array, order: Array, gamma: float, weight: Array
+    rewards: Array, segment_ids: Array, order: Array, gamma: float | Array, weight: Array
 ) -> Array:
-    """G_k = r_k + γ·G_{k+1} within each segment, rows visited in increasing ``order``.
+    """G_k = r_k + γ_k·G_{k+1} within each segment, rows visited in increasing ``order``.
+
+    ``gamma`` is one discount for every row or one per row ``[N]`` (γ_k: the factor between row k
+    and the next row of its segment; multi-turn GAE's per-row decay (γλ)^{L_k}).
 
     Used for GiGPO step returns (segment = trajectory, order = turn index; docs/algorithms.md §3.9).
     Rows are sorted by (segment, order) and the recurrence runs as written, G ← r + a·shift(G) with
@@ -144,7 +155,8 @@ def segmented_reverse_discount(
     r = (rewards * weight)[perm]
     s = seg[perm]
     same_next = jnp.concatenate([s[1:] == s[:-1], jnp.zeros((1,), bool)])
-    a = jnp.where(same_next, gamma, 0.0).astype(r.dtype)
+    decay = jnp.broadcast_to(jnp.asarray(gamma, r.dtype), (n,))[perm]
+    a = jnp.where(same_next, decay, 0.0).astype(r.dtype)
     members = jax.ops.segment_sum((weight > 0).astype(jnp.int32), segment_ids, num_segments=n)
     rounds = jnp.max(members)
 

@@ -23,12 +23,13 @@ from jax.sharding import Mesh
 
 from arlarena_jax.models import QwenForCausalLM, load_pretrained, make_mesh, preset, shard_model
 from arlarena_jax.objectives import presets
-from arlarena_jax.objectives.compose import Input, Objective, check_requirements
+from arlarena_jax.objectives.compose import Objective, check_requirements
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.sampler import Engine, EngineConfig
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
 from arlarena_jax.train.config import Config, ConfigError, check_mesh_devices, method_settings
+from arlarena_jax.train.update import TRAINER_INPUTS
 from envs import registry
 from envs.base import EnvBatch
 from envs.registry import EnvSpec
@@ -150,14 +151,9 @@ def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
     return shard_model(model, mesh) if mesh is not None else model
 
 
-# What this trainer computes for an objective: everything but critic values (no critic yet).
-TRAINER_INPUTS = frozenset(Input) - {Input.VALUES}
-
-
 def build_objective(config: Config) -> Objective:
     """The method of ``config.algorithm`` with its resolved settings. An objective reading an
-    input the trainer cannot compute (critic values: ``ppo``'s GAE) is refused in one line,
-    before anything is built."""
+    input the trainer cannot compute is refused in one line, before anything is built."""
     method = config.algorithm.method
     objective = presets.PRESETS[presets.preset_key(method)].build(method_settings(config))
     try:

@@ -172,6 +172,26 @@ class TrainerConfig:
     export_hf: bool = False  # write a Hugging Face directory at the end
 
 
+CRITIC_OPTIM = OptimConfig(lr=1e-5, warmup_ratio=0.0, schedule="constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticConfig:
+    """PPO's critic, built when the method's objective needs values (``ppo``'s GAE; docs/
+    algorithms.md §3.7c). It takes the policy's ``trainer.mini_batch_size``,
+    ``micro_batch_size`` and ``ppo_epochs``."""
+
+    # separate: verl's layout, a Qwen with a scalar head initialised from the policy;
+    # head: a value head on the policy's hidden states (held constant), cheaper on a CPU
+    model: Literal["separate", "head"] = "separate"
+    optim: OptimConfig = CRITIC_OPTIM  # its own optimizer (the internal PPO script: lr 1e-5)
+    cliprange_value: float = 0.5  # ε_v of the clipped value loss (verl cliprange_value)
+    # a token-classification directory (a critic export, run_dir/hf_critic) to start from;
+    # null: from the policy's weights and a fresh head
+    path: str | None = None
+    seed: int = 0  # the fresh head's initialisation
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     data: int = 1
@@ -188,6 +208,7 @@ class Config:
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+    critic: CriticConfig = dataclasses.field(default_factory=CriticConfig)
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
     monitor: MonitorSettings = dataclasses.field(default_factory=MonitorSettings)
 
@@ -313,10 +334,21 @@ def _check_reward(env: Any) -> None:
     spec = registry.get(env.name)
     if env.reward not in MODES:
         _fail("env.reward", f"must be one of {', '.join(MODES)}, got {env.reward!r}")
+    having = [n for n in registry.names() if registry.get(n).progress is not None]
     if env.reward == "dense" and spec.native_reward != "dense" and spec.progress is None:
-        _fail("env.reward", f"env {env.name!r} has no honest progress signal for dense rewards")
-    if env.reward_normalise and (env.reward != "dense" or spec.progress is None):
-        _fail("env.reward_normalise", "needs env.reward: dense on an environment with progress")
+        _fail(
+            "env.reward",
+            f"env {env.name!r} has no honest progress signal for dense rewards "
+            f"(environments with one: {', '.join(having)})",
+        )
+    if env.reward_normalise and env.reward != "dense":
+        _fail("env.reward_normalise", f"needs env.reward: dense, got {env.reward!r}")
+    if env.reward_normalise and spec.progress is None:
+        _fail(
+            "env.reward_normalise",
+            f"env {env.name!r} has no progress signal to normalise by "
+            f"(environments with one: {', '.join(having)})",
+        )
 
 
 def _check_rows(env: Any) -> None:
@@ -391,6 +423,9 @@ def validate(config: Config) -> Config:
     _check_method(config)
     _check(invalid_optim(config.optim), "optim")
     _check(invalid_optim(config.sft.optim), "sft.optim")
+    _check(invalid_optim(config.critic.optim), "critic.optim")
+    if not config.critic.cliprange_value > 0:
+        _fail("critic.cliprange_value", f"must be > 0, got {config.critic.cliprange_value!r}")
     _at_least(config.sft, "sft", 1, "num_episodes", "epochs", "steps", "batch_size")
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from arlarena_jax.models import QwenForCausalLM, save_generation_config, save_pretrained
+from arlarena_jax.models.value import QwenValueModel, save_value_pretrained
 from arlarena_jax.tokenization import stop_token_ids
 from arlarena_jax.train.config import Config
 
@@ -35,11 +37,28 @@ def export_hf(
     Atomic: everything is written to ``.<name>.partial`` beside ``directory``, which then takes
     its place by renames, so ``directory`` always holds a complete export (the previous one until
     the new one is in place) and an interrupted export leaves only the partial folder."""
-    directory = Path(directory)
+    return _write_atomically(
+        Path(directory), lambda staging: _write_export(staging, model, tokenizer, config)
+    )
+
+
+def export_critic(directory: str | Path, critic: QwenValueModel, tokenizer: Any) -> Path:
+    """The critic as a ``transformers`` token-classification directory (one label: the value)
+    with the tokenizer, put in place atomically as :func:`export_hf` does."""
+
+    def write(staging: Path) -> None:
+        save_value_pretrained(critic, staging)
+        tokenizer.save_pretrained(staging)
+
+    return _write_atomically(Path(directory), write)
+
+
+def _write_atomically(directory: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` into ``.<name>.partial`` beside ``directory``, then rename it into place."""
     staging = directory.with_name(f".{directory.name}.partial")
     if staging.exists():
         shutil.rmtree(staging)
-    _write_export(staging, model, tokenizer, config)
+    write(staging)
     replace_directory(staging, directory)
     return directory
 

@@ -25,6 +25,7 @@ from arlarena_jax.objectives.compose import Objective, ObjectiveState
 from arlarena_jax.objectives.declare import Input, Reduction, reduce_stacked
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.policy import Policy
+from arlarena_jax.train.critic import CriticSetup, CriticState, critic_metrics, update_critic
 from arlarena_jax.train.metrics import Timer
 from arlarena_jax.train.sequences import bucket_length, rollout_batch
 from arlarena_jax.train.update import UpdateStep, run_update, step_metric_reductions
@@ -49,6 +50,8 @@ class UpdateSetup:
     pad_id: int = 0
     ppo_epochs: int = 1
     mesh: Mesh | None = None  # the functions are jitted over it: rows go through put_rows
+    critic: CriticSetup | None = None  # built when the objective declares Input.VALUES
+    critic_lr: Callable[[Any], float] | None = None  # the critic's learning rate from its state
 
 
 def cached(factory: Callable[[int], Any]) -> Callable[[int], Any]:
@@ -144,8 +147,8 @@ def _token_stats(name: str, values: jax.Array, mask: jax.Array) -> dict[str, flo
 
 
 def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
-    """(sequences, batch, log-prob fn, update step) with the rollout packed to the smallest
-    power-of-two widths that hold its longest prompt and response."""
+    """(sequences, batch, prompt width) with the rollout packed to the smallest power-of-two
+    widths that hold its longest prompt and response."""
     longest_prompt = max((len(r.prompt_ids) for r in rollout.rows), default=1)
     longest_response = max((len(r.response_ids) for r in rollout.rows), default=1)
     prompt_length = min(bucket_length(longest_prompt), setup.prompt_length)
@@ -158,7 +161,7 @@ def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
         pad_id=setup.pad_id,
         similarity_threshold=setup.objective.anchor_similarity,
     )
-    return sequences, batch, setup.log_probs(prompt_length), setup.update(prompt_length)
+    return sequences, batch, prompt_length
 
 
 def _with_log_probs(
@@ -214,6 +217,19 @@ def _batch_metrics(batch: TurnBatch) -> dict[str, float]:
     return metrics
 
 
+def _with_values(
+    setup: UpdateSetup, width: int, critic: CriticState | None, params, on_device, batch, host
+) -> TurnBatch:
+    """``batch`` with the critic's values V_old of its response tokens, when the objective
+    declares ``Input.VALUES`` (GAE)."""
+    if Input.VALUES not in setup.objective.requirements:
+        return batch
+    if setup.critic is None or critic is None:
+        raise ValueError("the objective needs critic values: pass a critic setup and state")
+    values = setup.critic.values(width)(critic.params, params, on_device)
+    return batch._replace(values=jax.block_until_ready(host(values)) * batch.response_mask)
+
+
 def update_policy(
     setup: UpdateSetup,
     params: Any,
@@ -223,14 +239,16 @@ def update_policy(
     *,
     mini_batch_size: int,
     ref_params: Any | None = None,
+    critic: CriticState | None = None,
     timer: Timer | None = None,
-) -> tuple[Any, Any, ObjectiveState, dict[str, float]]:
+) -> tuple[Any, Any, ObjectiveState, CriticState | None, dict[str, float]]:
     """Batch the rollout, recompute old log-probs (and what the objective declares: old
-    entropies, reference log-probs), prepare advantages, and run every mini-batch step. Returns
-    new params, optimizer state, objective state and metrics; ``timer`` (optional) gets the
-    log-prob passes as ``update/log_probs``."""
+    entropies, reference log-probs, critic values), prepare advantages, update the critic (when
+    there is one) and run every policy mini-batch step. Returns new params, optimizer state,
+    objective state, critic state and metrics; ``timer`` (optional) gets the log-prob and value
+    passes as ``update/log_probs`` and the critic's steps as ``update/critic``."""
     timer = Timer() if timer is None else timer
-    sequences, batch, log_probs, update = _pack(setup, rollout, mini_batch_size)
+    sequences, batch, width = _pack(setup, rollout, mini_batch_size)
     if setup.mesh is None:
         place, host = None, lambda tree: tree
     else:  # multi-process safe: every process holds the whole host batch
@@ -238,12 +256,36 @@ def update_policy(
         sequences = jax.tree.map(np.asarray, sequences)
     on_device = sequences if place is None else place(sequences)
     with timer("update/log_probs"):
-        batch = _with_log_probs(setup, log_probs, params, ref_params, on_device, batch, host)
+        batch = _with_log_probs(
+            setup, setup.log_probs(width), params, ref_params, on_device, batch, host
+        )
+        batch = _with_values(setup, width, critic, params, on_device, batch, host)
     batch, objective_state, prepare_metrics = setup.prepare(batch, objective_state)
+    metrics: dict[str, float] = {}
+    if batch.values is not None and critic is not None:
+        with timer("update/critic"):
+            critic, history = update_critic(
+                setup.critic,
+                width,
+                critic,
+                params,
+                sequences,
+                batch,
+                ppo_epochs=setup.ppo_epochs,
+                place=place,
+            )
+        lr = setup.critic_lr(critic.opt_state) if setup.critic_lr else float("nan")
+        metrics |= critic_metrics(history, batch, lr)
     params, opt_state, history = run_update(
-        update, params, opt_state, sequences, batch, ppo_epochs=setup.ppo_epochs, place=place
+        setup.update(width),
+        params,
+        opt_state,
+        sequences,
+        batch,
+        ppo_epochs=setup.ppo_epochs,
+        place=place,
     )
-    metrics = _actor_metrics(setup.objective, history, setup.ppo_epochs)
+    metrics |= _actor_metrics(setup.objective, history, setup.ppo_epochs)
     metrics.update({k: float(v) for k, v in prepare_metrics.items()})
     metrics.update(_batch_metrics(batch))
-    return params, opt_state, objective_state, metrics
+    return params, opt_state, objective_state, critic, metrics

@@ -54,9 +54,18 @@ from arlarena_jax.train.checkpoint import (
 )
 from arlarena_jax.train.config import Config, ConfigError, resolve
 from arlarena_jax.train.config_io import dump_config
+from arlarena_jax.train.critic import (
+    CriticSetup,
+    CriticState,
+    build_value_module,
+    exportable_critic,
+    make_critic_step,
+    make_values_fn,
+    value_forward,
+)
 from arlarena_jax.train.demos import demonstrations
 from arlarena_jax.train.evaluate import evaluate
-from arlarena_jax.train.export import export_hf
+from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
@@ -69,12 +78,24 @@ from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_up
 @dataclasses.dataclass
 class TrainState:
     """The checkpointed device state; ``ref_params`` only when the objective reads reference
-    log-probs."""
+    log-probs, the critic's parameters and optimizer state only when it reads values."""
 
     params: Any
     opt_state: Any
     objective_state: Any
     ref_params: Any = None
+    critic_params: Any = None
+    critic_opt_state: Any = None
+
+    @property
+    def critic(self) -> CriticState | None:
+        if self.critic_params is None:
+            return None
+        return CriticState(self.critic_params, self.critic_opt_state)
+
+    @critic.setter
+    def critic(self, value: CriticState | None) -> None:
+        self.critic_params, self.critic_opt_state = (None, None) if value is None else value
 
     def as_tree(self) -> dict[str, Any]:
         """The checkpoint's tree: a dict of the fields that are set."""
@@ -146,6 +167,11 @@ def rl_optimizer(config: Config):
     return make_optimizer(config.optim, optimizer_steps(config))
 
 
+def critic_optimizer(config: Config):
+    """The critic's optimizer of ``config.critic.optim``: one step per policy step."""
+    return make_optimizer(config.critic.optim, optimizer_steps(config))
+
+
 def roll_back(checkpointer, monitor, state: TrainState, engine, step: int) -> dict[str, float]:
     """Restore ``state``'s parameters, optimizer and objective state from the newest good
     checkpoint (the step counter and the task RNG go on, so the run sees new tasks) and tell the
@@ -180,6 +206,10 @@ class Run:
         self.task_format = build.task_format(config)  # the env's prompts, looked up once
         self.rows = build.row_layout(config)  # turn rows (None) or trajectory rows
         self.optimizer = rl_optimizer(config)
+        # the critic: built (from the policy as it is then) when the objective needs values
+        self.needs_critic = Input.VALUES in self.objective.requirements
+        self.critic_optimizer = critic_optimizer(config) if self.needs_critic else None
+        self._critic_module: Any = None
         self.checkpointer = self._closing.enter_context(
             Checkpointer(
                 self.run_dir / "checkpoints",
@@ -263,6 +293,11 @@ class Run:
                 self.objective.init_state(),
                 jax.tree.map(jnp.copy, params) if reference else None,
             )
+            if self.needs_critic:
+                self._critic_module = build_value_module(self.config, self.model, self.mesh)
+                _, critic_params = nnx.split(self._critic_module)
+                opt_state = self.critic_optimizer.init(critic_params)
+                self.state.critic = CriticState(critic_params, opt_state)
         return self.state
 
     # -- verbs ----------------------------------------------------------------------------------
@@ -482,7 +517,7 @@ class Run:
                 global_step=step,
             )
         with timer("update"):
-            state.params, state.opt_state, state.objective_state, metrics = update_policy(
+            params, opt_state, objective_state, critic, metrics = update_policy(
                 self.update_setup(),
                 state.params,
                 state.opt_state,
@@ -490,8 +525,15 @@ class Run:
                 rollout,
                 mini_batch_size=c.trainer.mini_batch_size,
                 ref_params=state.ref_params,
+                critic=state.critic,
                 timer=timer,
             )
+            state.params, state.opt_state, state.objective_state = (
+                params,
+                opt_state,
+                objective_state,
+            )
+            state.critic = critic
             metrics["actor/lr"] = float(current_learning_rate(state.opt_state))
         with timer("sync"):
             self.engine.update_params(state.params)
@@ -508,9 +550,15 @@ class Run:
     def update_setup(self) -> UpdateSetup:
         """The jitted update pieces (built once; one compile per packed prompt width)."""
         if self._setup is None:
-            self._setup = _update_setup(
+            setup = _update_setup(
                 self.config, self.model, self.objective, self.optimizer, self.tokenizer, self.mesh
             )
+            if self.needs_critic:
+                self.train_state()  # the critic's module exists with the state
+                forward = value_forward(self._critic_module, self.model)
+                critic = _critic_setup(self.config, forward, self.critic_optimizer, self.mesh)
+                setup = dataclasses.replace(setup, critic=critic, critic_lr=current_learning_rate)
+            self._setup = setup
         return self._setup
 
     def save(self, *, force: bool = False) -> bool:
@@ -542,6 +590,10 @@ class Run:
             self.check_stop()
             nnx.update(self.model, self.train_state().params)
             export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
+            if self.state.critic is not None:
+                nnx.update(self._critic_module, self.state.critic_params)
+                critic = exportable_critic(self._critic_module, self.model)
+                export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
         return self._summary(final_eval)
 
     def _summary(self, final_eval: dict[str, float], stopped: str | None = None) -> Summary:
@@ -657,4 +709,29 @@ def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) 
         pad_id=int(tokenizer.pad_token_id or 0),
         ppo_epochs=t.ppo_epochs,
         mesh=mesh,
+    )
+
+
+def _critic_setup(config: Config, forward, optimizer, mesh) -> CriticSetup:
+    """The critic's jitted value pass and mini-batch step per packed prompt width."""
+    t = config.trainer
+    return CriticSetup(
+        cached(
+            lambda width: make_values_fn(
+                forward, prompt_length=width, micro_batch_size=t.micro_batch_size, mesh=mesh
+            )
+        ),
+        cached(
+            lambda width: make_critic_step(
+                forward,
+                optimizer,
+                prompt_length=width,
+                mini_batch_size=t.mini_batch_size,
+                micro_batch_size=t.micro_batch_size,
+                clip=config.critic.cliprange_value,
+                mesh=mesh,
+            )
+        ),
+        t.mini_batch_size,
+        t.micro_batch_size,
     )

@@ -56,8 +56,9 @@ TRAINER_INPUTS: frozenset[Input] = frozenset(
         Input.ENTROPY,  # from the micro-batch forward pass
         Input.ROLLOUT_LOG_PROBS,  # reported by the sampler
         Input.REF_LOG_PROBS,  # from frozen reference parameters, kept when declared
+        Input.VALUES,  # from the critic (train/critic.py), built when declared
     }
-)  # what this trainer can compute; no critic, so no Input.VALUES
+)  # what this trainer can compute: every declared input
 STEP_METRICS: MetricTable = means("grad_norm", "skipped")  # added by the update step
 
 
@@ -68,15 +69,24 @@ def step_metric_reductions(objective: Objective) -> dict[str, Reduction]:
 
 
 def mesh_jit(
-    fn: Callable, mesh: Mesh | None, *, state_args: int, row_outputs: bool, donate: bool = False
+    fn: Callable,
+    mesh: Mesh | None,
+    *,
+    state_args: int,
+    row_outputs: bool,
+    donate: bool = False,
+    state_outputs: int | None = None,
 ) -> Callable:
     """``jax.jit(fn)``; with ``mesh``, in/out shardings over it, derived from the first call's
     trees (so it compiles on that call). The first ``state_args`` arguments (parameters,
     optimizer state) follow the partition rules; the other arguments are row batches split over
-    ``data`` × ``fsdp``. Outputs: rows split the same way (``row_outputs``), or the state
-    arguments' shardings followed by replicated metrics. ``donate`` donates the state
-    arguments. Shared by the RL update, the log-prob pass and the SFT step."""
-    donate_argnums = tuple(range(state_args)) if donate else ()
+    ``data`` × ``fsdp``. Outputs: rows split the same way (``row_outputs``), or the shardings of
+    the first ``state_outputs`` state arguments (default: all of them) followed by replicated
+    metrics. ``donate`` donates those returned state arguments (an extra state argument, e.g.
+    the policy's parameters read by the critic's step, is only read). Shared by the RL update,
+    the critic's update, the log-prob and value passes and the SFT step."""
+    returned = state_args if state_outputs is None else state_outputs
+    donate_argnums = tuple(range(returned)) if donate else ()
     if mesh is None:
         return jax.jit(fn, donate_argnums=donate_argnums)
     compiled: list[Callable] = []
@@ -85,7 +95,8 @@ def mesh_jit(
     def call(*args):
         if not compiled:
             state = tuple(tree_shardings(a, mesh) for a in args[:state_args])
-            out = rows if row_outputs else (*state, NamedSharding(mesh, PartitionSpec()))
+            kept = state[:returned]
+            out = rows if row_outputs else (*kept, NamedSharding(mesh, PartitionSpec()))
             compiled.append(
                 jax.jit(
                     fn,
@@ -220,7 +231,7 @@ def _micro_grad_fn(
     return jax.value_and_grad(micro_loss, has_aux=True)
 
 
-def _accumulate(grad_fn: Callable, params, micro, reductions: dict[str, Reduction]):
+def accumulate_gradients(grad_fn: Callable, params, micro, reductions: dict[str, Reduction]):
     """Σ of the micro-batch gradients (a ``lax.scan``; padding-only micro-batches skipped) and
     the micro-batch metrics reduced by their declared reductions over the real ones."""
 
@@ -275,7 +286,7 @@ def make_update_step(
             return x.reshape(grad_accum, micro_batch_size, *x.shape[1:])
 
         micro = jax.tree.map(split, (sequences.input_ids, sequences.attention_mask, batch))
-        grads, metrics = _accumulate(grad_fn, params, micro, reductions)
+        grads, metrics = accumulate_gradients(grad_fn, params, micro, reductions)
         guarded = guarded_update(optimizer, grads, opt_state, params)
         metrics["grad_norm"] = guarded.grad_norm
         metrics["skipped"] = (~guarded.finite).astype(jnp.float32)
