@@ -1,19 +1,22 @@
-"""Reward shaping at the environment boundary: ``env.reward: native | single | dense``
-(issue 21; the practitioner's guide's single vs dense turn-level rewards).
+"""Reward shaping at the environment boundary: ``env.reward: native | single | dense`` (issue 21;
+the practitioner's guide's single vs dense turn-level rewards; docs/environments.md §1.9).
 
 An environment declares what its own reward is (``EnvSpec.native_reward``: ``single``, one
 reward on the winning step, or ``dense``, a reward every turn) and, where it has one, an honest
 progress signal (``EnvSpec.progress``: the progress a step gained and the episode's maximum, read
-from the step's info). :class:`ShapedRewards` wraps a batch and replaces each step's reward:
+from the step's info; TextWorld and ALFWorld report theirs as ``progress`` and ``progress_max``,
+:data:`INFO_PROGRESS`). :class:`ShapedRewards` wraps a batch and replaces each step's reward:
 
 * ``single``: ``win_reward`` on the step that wins, else 0 (from a dense environment: Sokoban's
   shaped rewards become its +10 win reward only);
-* ``dense``: the progress gained by the step. With ``normalise`` (meow-tea-taro's option) it is
-  divided by the episode's maximum total progress, so the rewards of a won episode sum to 1 and a
-  lost episode's increments are fractions of it.
+* ``dense``: the progress gained by the step (negative for a step away from the goal). With
+  ``normalise`` (meow-tea-taro's option) it is divided by the episode's maximum total progress
+  ``G``: the gains telescope, so a won episode's rewards sum to 1 and a lost one's to the
+  fraction of ``G`` it covered.
 
-``native`` leaves the environment's reward alone. Estimators that read per-turn rewards (GiGPO's
-step level, GAE) see the shaped rewards: the rollout stores them on the turn rows.
+``native`` leaves the environment's reward alone. The rollout stores each step's shaped reward on
+its turn row (``TurnBatch.step_rewards``: GiGPO's step level and PPO's GAE across turns read
+it) and sums them into ``episode_return``; success reads ``won``, never the reward.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ class Progress:
 
     gained: Callable[[Mapping[str, Any]], float]
     maximum: Callable[[Mapping[str, Any]], float]
+
+
+# The progress the environment reports in each step's info: ``progress`` (gained by the step) and
+# ``progress_max`` (the episode's maximum); TextWorld's and ALFWorld's signal.
+INFO_PROGRESS = Progress(
+    gained=lambda info: info.get("progress", 0),
+    maximum=lambda info: info.get("progress_max", 0),
+)
 
 
 def single_rewards(infos: Sequence[Mapping[str, Any]], win_reward: float) -> np.ndarray:

@@ -1,5 +1,6 @@
 """TextWorld on the real engine: game generation (deterministic, deduplicated, disjoint splits),
-the environment, its prompt, the walkthrough expert and the pool (docs/environments.md §10).
+the environment, its progress signals and dense rewards, its prompt, the walkthrough expert and
+the pool (docs/environments.md §1.9, §10).
 
 Needs ``textworld`` (the ``alfworld`` extra); skips with the reason otherwise. The games are
 generated once per module into a temporary folder (~1 s each).
@@ -15,10 +16,13 @@ import pytest
 pytest.importorskip("textworld", reason="TextWorld tests need textworld (the alfworld extra)")
 
 from arlarena_jax.errors import ConfigError, InvalidField
-from arlarena_jax.rollout import collect
+from arlarena_jax.objectives.host import collate
+from arlarena_jax.rollout import collect, rollout_metrics
+from arlarena_jax.train import build
 from arlarena_jax.train.config_io import load_config
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
+from envs.rewards import ShapedRewards
 from envs.textworld import spec
 from envs.textworld.build import (
     EVAL_OFFSET,
@@ -36,10 +40,14 @@ TIER = "w2-o3-q4"
 TRAIN, EVAL = 3, 2
 
 
-def config(root, *overrides: str):
+def full_config(root, *overrides: str):
     settings = [f"env.data_path={root}", f"env.textworld.train_games={TRAIN}"]
     settings += [f"env.textworld.eval_games={EVAL}", "env.textworld.build_workers=0"]
-    return load_config("configs/textworld/base_tiny.yaml", settings + list(overrides)).env
+    return load_config("configs/textworld/base_tiny.yaml", settings + list(overrides))
+
+
+def config(root, *overrides: str):
+    return full_config(root, *overrides).env
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +180,81 @@ def test_bad_settings_are_refused():
         spec.TextworldConfig(tier="w9")
     with pytest.raises(InvalidField, match="train_games must be >= 1"):
         spec.TextworldConfig(train_games=0)
+    with pytest.raises(InvalidField, match="progress must be one of quest, score, got 'moves'"):
+        spec.TextworldConfig(progress="moves")
 
 
-def test_the_cooking_tier_generates_winnable_games(tmp_path):
+def test_the_cooking_tier_generates_winnable_games_whose_score_moves(tmp_path):
     game = generate("cooking", 5, "eval", str(tmp_path))
     assert game.solvable and len(game.walkthrough) > 4 and (tmp_path / game.file).is_file()
+    env = TextworldEnv([str(tmp_path / game.file)], max_steps=50, progress="score")
+    env.reset(0)
+    infos = [env.step(command)[3] for command in game.walkthrough]
+    env.close()
+    assert infos[-1]["won"] and infos[-1]["max_score"] > 1  # the score moves before the win
+    assert sum(i["progress"] for i in infos) == infos[-1]["progress_max"] == infos[-1]["max_score"]
+    assert sum(i["score_delta"] > 0 for i in infos[:-1]) >= 1
+    assert sum(i["quest_progress"] for i in infos) == infos[-1]["quest_length"] > 1
+    env = TextworldEnv([str(tmp_path / game.file)], progress="quest")
+    assert env.reset(0) and env.step(game.walkthrough[0])[3]["progress_max"] > 1
+    env.close()
+
+
+DETOUR_BACK = {"go north": "go south", "go south": "go north", "go east": "go west"} | {
+    "go west": "go east"
+}
+
+
+def test_quest_progress_falls_on_a_detour_and_telescopes_to_the_quest_length(train_games):
+    """After the walkthrough's first command, walking out of the room and back costs and regains
+    one command of the engine's winning policy; the walkthrough then wins, so the increments sum
+    to the quest length (the remaining policy at the reset)."""
+    files, walkthroughs = train_games
+    env = TextworldEnv(files, max_steps=20)
+    for seed, walkthrough in enumerate(walkthroughs):
+        env.reset(seed)
+        first = env.step(walkthrough[0])
+        away = next(c for c in first[0].admissible if c in DETOUR_BACK)
+        steps = [first, env.step(away), env.step(DETOUR_BACK[away])]
+        steps += [env.step(command) for command in walkthrough[1:]]
+        progress = [info["quest_progress"] for _, _, _, info in steps]
+        length = steps[0][3]["quest_length"]
+        assert progress[:3] == [1, -1, 1] and length == len(walkthrough) == 4
+        assert steps[-1][3]["won"] and steps[-1][3]["quest_remaining"] == 0
+        assert sum(progress) == length and all(
+            i["progress"] == i["quest_progress"] for *_, i in steps
+        )
+        assert all(i["progress_max"] == length for *_, i in steps)
+        assert env.step("look")[3]["progress"] == 0  # an ended episode gains nothing
+    env.close()
+
+
+def test_normalised_dense_rewards_reach_the_rows_and_sum_to_one_on_won_games(root):
+    """``env.reward: dense`` with ``env.reward_normalise`` through ``build.make_envs`` and the
+    rollout: every walkthrough step gains one of the quest's 4 commands, so each row's reward is
+    1/4, the returns are 1 and success still reads ``won``; ``native`` gives the raw batch."""
+    dense = ["env.reward=dense", "env.reward_normalise=true", "env.num_workers=0"]
+    files, walkthroughs = spec.split_games(config(root), "eval")
+    native = build.make_envs(full_config(root, "env.num_workers=0"), len(files), "eval")
+    assert isinstance(native, LocalEnvBatch)
+    native.close()
+    batch = build.make_envs(full_config(root, *dense), len(files), "eval")
+    assert isinstance(batch, ShapedRewards) and isinstance(batch.batch, LocalEnvBatch)
+    rollout = collect(
+        batch,
+        TEXTWORLD_FORMAT,
+        WalkthroughExpert(walkthroughs),
+        group_seeds=list(range(len(files))),
+        group_size=1,
+        max_turns=12,
+        training=False,
+    )
+    batch.close()
+    assert [t.won for t in rollout.trajectories] == [True] * len(files)
+    assert [r.reward for r in rollout.rows] == [0.25] * 4 * len(files)
+    assert all(t.episode_return == pytest.approx(1.0) for t in rollout.trajectories)
+    assert rollout.rows[-1].info["native_reward"] == WIN_REWARD
+    turns = collate(rollout.to_host_turns(), num_tokens=1)
+    np.testing.assert_allclose(np.asarray(turns.step_rewards), [0.25] * 4 * len(files))
+    metrics = rollout_metrics(rollout, training=True)
+    assert metrics["episode/success_rate"] == 1.0 and metrics["episode/reward/mean"] == 1.0

@@ -16,17 +16,24 @@
   docs/environments.md §4.5); stepping an ended episode returns the last observation, reward 0 and
   ``done`` again.
 * ``info``: ``won``, ``gamefile`` (per-task success reads it, docs/environments.md §4.7),
-  ``task_type``.
+  ``task_type``, and the goal's progress (``envs.alfworld.progress``): ``goal_conditions`` (the
+  state conditions the goal asks for), ``goal_satisfied`` (how many the state meets now),
+  ``progress`` (``goal_satisfied`` after the step minus before it, negative when a condition is
+  undone) and ``progress_max`` (``goal_conditions`` minus ``goal_satisfied`` at the reset, so a
+  won episode's ``progress`` sums to it); ``env.reward: dense`` reads the last two
+  (docs/environments.md §1.9).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from envs.alfworld import progress
 from envs.alfworld.data import task_type_of
 from envs.alfworld.engine import play_env
 from envs.alfworld.prompts import task_after_marker
@@ -73,6 +80,8 @@ class AlfworldEnv:
         self._steps = 0
         self._done = True
         self._won = False
+        self._goals: dict[str, progress.Node] = {}  # the goal of each game played, parsed once
+        self._goal = {"goal_conditions": 0, "goal_satisfied": 0, "progress": 0, "progress_max": 0}
 
     def game_for(self, seed: int) -> str:
         """The game file that ``reset(seed)`` plays: ``play_order(games)[seed % len(games)]``."""
@@ -84,7 +93,26 @@ class AlfworldEnv:
         )
 
     def _info(self) -> dict[str, Any]:
-        return {"won": self._won, "gamefile": self._game, "task_type": task_type_of(self._game)}
+        info = {"won": self._won, "gamefile": self._game, "task_type": task_type_of(self._game)}
+        return {**info, **self._goal}
+
+    def _track_goal(self, state: Any, reset: bool) -> None:
+        """The goal's progress entries of the info (module doc) for ``state``."""
+        goal = self._goals.get(self._game)
+        if goal is None:
+            with open(self._game) as f:
+                goal = progress.goal_of(json.load(f)["pddl_problem"])
+            self._goals[self._game] = goal
+        now = progress.satisfied(goal, progress.world(state["_facts"]))
+        conditions = progress.conditions(goal)
+        before = now if reset else self._goal["goal_satisfied"]
+        top = conditions - now if reset else self._goal["progress_max"]
+        self._goal = {
+            "goal_conditions": conditions,
+            "goal_satisfied": now,
+            "progress": now - before,
+            "progress_max": top,
+        }
 
     def reset(self, seed: int) -> Observation:
         """Start ``game_for(seed)`` from its initial state."""
@@ -96,13 +124,15 @@ class AlfworldEnv:
         state = self._engine.reset()
         self._obs = self._observation(state, task_after_marker(state.feedback) or "")
         self._steps, self._done, self._won = 0, False, False
+        self._track_goal(state, reset=True)
         return self._obs
 
     def step(self, action: Any) -> tuple[Observation, float, bool, dict[str, Any]]:
         """Apply one command (see module doc)."""
         if self._done:
-            return self._obs, 0.0, True, self._info()
+            return self._obs, 0.0, True, {**self._info(), "progress": 0}
         state, _, engine_done = self._engine.step(str(action))
+        self._track_goal(state, reset=False)
         self._steps += 1
         self._won = bool(state["won"])
         self._done = self._won or bool(engine_done) or self._steps >= self.max_steps

@@ -15,6 +15,7 @@ from arlarena_jax.errors import ConfigError
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
+from envs.rewards import INFO_PROGRESS
 from envs.text import Expert
 
 BUILD_HINT = "build them with `arlarena alfworld build` and `arlarena alfworld generate`"
@@ -104,4 +105,7 @@ ALFWORLD = EnvSpec(
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 50, "history_length": 2},
     commands=add_commands,
     ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
+    # the goal's state conditions a step satisfied over those unmet at the reset, as the
+    # environment reports them in info (envs/alfworld/progress.py, envs/rewards.py)
+    progress=INFO_PROGRESS,
 )

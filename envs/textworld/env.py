@@ -14,7 +14,14 @@
   won or lost or after ``max_steps`` steps; stepping an ended episode returns the last
   observation, reward 0 and ``done`` again.
 * ``info``: ``won``, ``lost``, ``score`` and ``max_score`` (the engine's points),
-  ``score_delta`` (points gained by this step, for a dense-reward shaper) and ``gamefile``.
+  ``score_delta`` (points gained by this step), ``quest_remaining`` (the commands of the engine's
+  winning policy still to play: ``policy_commands``, 0 once won; where the engine has none, a
+  lost or unwinnable game, it keeps its last value), ``quest_length`` (``quest_remaining`` at the
+  reset), ``quest_progress`` (``quest_remaining`` before the step minus after it: negative for a
+  step away from the goal), ``progress`` and ``progress_max`` (the gain and the episode's maximum
+  of the signal ``progress`` names, ``quest``: quest_progress over quest_length, ``score``:
+  score_delta over max_score; what ``env.reward: dense`` reads, docs/environments.md §1.9) and
+  ``gamefile``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,16 @@ from envs.textworld.engine import clean, quiet, start
 
 WIN_REWARD = 10.0
 MAX_STEPS = 12  # meow-tea-taro's max_iter for w2-o3-q4
+PROGRESS_SIGNALS = ("quest", "score")  # env.textworld.progress: what info["progress"] measures
+
+
+def remaining(state: Any, previous: int) -> int:
+    """The winning policy's commands still to play: 0 once won, else the engine's
+    ``policy_commands``; where it has none (a lost or unwinnable game) ``previous``."""
+    if state["won"]:
+        return 0
+    policy = state["policy_commands"]
+    return len(policy) if policy else previous
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +54,15 @@ class TextworldFactory:
     games: tuple[str, ...]
     max_steps: int = MAX_STEPS
     win_reward: float = WIN_REWARD
+    progress: str = "quest"
 
     def __call__(self) -> TextworldEnv:
-        return TextworldEnv(self.games, max_steps=self.max_steps, win_reward=self.win_reward)
+        return TextworldEnv(
+            self.games,
+            max_steps=self.max_steps,
+            win_reward=self.win_reward,
+            progress=self.progress,
+        )
 
 
 class TextworldEnv:
@@ -51,14 +74,20 @@ class TextworldEnv:
         *,
         max_steps: int = MAX_STEPS,
         win_reward: float = WIN_REWARD,
+        progress: str = "quest",
     ) -> None:
         if not games:
             raise ValueError("TextworldEnv needs at least one game file")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if progress not in PROGRESS_SIGNALS:
+            raise ValueError(
+                f"progress must be one of {', '.join(PROGRESS_SIGNALS)}, got {progress!r}"
+            )
         self.games = tuple(str(g) for g in games)
         self.max_steps = max_steps
         self.win_reward = float(win_reward)
+        self.progress = progress
         self._engine: Any = None
         self._game: str | None = None
         self._obs = Observation("")
@@ -69,20 +98,31 @@ class TextworldEnv:
         """The game file ``reset(seed)`` plays: ``games[seed % len(games)]``."""
         return self.games[int(seed) % len(self.games)]
 
-    def _update(self, state: Any, delta: int) -> None:
+    def _update(self, state: Any, reset: bool) -> None:
+        """The observation and the info (module doc) after a reset or a step."""
         self._obs = Observation(
             text=clean(state.feedback),
             admissible=tuple(state["admissible_commands"] or ()),
             task=str(state["objective"] or "").strip(),
         )
+        before = {"score": 0, "quest_remaining": 0} if reset else self._info
+        left = remaining(state, before["quest_remaining"])
+        length = left if reset else self._info["quest_length"]
+        score, max_score = int(state["score"]), int(state["max_score"])
         self._info = {
             "won": bool(state["won"]),
             "lost": bool(state["lost"]),
-            "score": int(state["score"]),
-            "max_score": int(state["max_score"]),
-            "score_delta": int(delta),
+            "score": score,
+            "max_score": max_score,
+            "score_delta": 0 if reset else score - before["score"],
+            "quest_remaining": left,
+            "quest_length": length,
+            "quest_progress": 0 if reset else before["quest_remaining"] - left,
             "gamefile": self._game,
         }
+        quest = self.progress == "quest"
+        self._info["progress"] = self._info["quest_progress" if quest else "score_delta"]
+        self._info["progress_max"] = length if quest else max_score
 
     def reset(self, seed: int) -> Observation:
         """Start ``game_for(seed)`` from its initial state."""
@@ -93,18 +133,18 @@ class TextworldEnv:
             self.close()
             self._engine, self._game = start(game), game
         with quiet():
-            self._update(self._engine.reset(), 0)
+            self._update(self._engine.reset(), reset=True)
         self._steps, self._done = 0, False
         return self._obs
 
     def step(self, action: Any) -> tuple[Observation, float, bool, dict[str, Any]]:
         """Apply one command (see module doc)."""
         if self._done:
-            return self._obs, 0.0, True, {**self._info, "score_delta": 0}
-        before = self._info["score"]
+            ended = {"score_delta": 0, "quest_progress": 0, "progress": 0}
+            return self._obs, 0.0, True, {**self._info, **ended}
         with quiet():
             state, _, engine_done = self._engine.step(str(action).replace("\\", ""))
-        self._update(state, int(state["score"]) - before)
+        self._update(state, reset=False)
         self._steps += 1
         won = self._info["won"]
         self._done = won or self._info["lost"] or bool(engine_done)

@@ -20,8 +20,9 @@ from typing import Any
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
-from envs.rewards import Progress
+from envs.rewards import INFO_PROGRESS
 from envs.text import Expert
+from envs.textworld.env import PROGRESS_SIGNALS
 from envs.textworld.prompts import TEXTWORLD_FORMAT
 
 logger = logging.getLogger(__name__)
@@ -41,11 +42,19 @@ class TextworldConfig:
     build_workers: int = 0  # processes generating games on demand (0: this process)
     win_reward: float = 10.0  # the reward of the winning step, as ALFWorld's
     expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
+    # what env.reward: dense rewards: quest (walkthrough steps gained) or score (points gained)
+    progress: str = "quest"
 
     def __post_init__(self) -> None:
         if self.tier not in TIER_NAMES:
             raise InvalidField(
                 "textworld", "tier", f"must be one of {', '.join(TIER_NAMES)}, got {self.tier!r}"
+            )
+        if self.progress not in PROGRESS_SIGNALS:
+            raise InvalidField(
+                "textworld",
+                "progress",
+                f"must be one of {', '.join(PROGRESS_SIGNALS)}, got {self.progress!r}",
             )
         for field in ("train_games", "eval_games"):
             if getattr(self, field) < 1:
@@ -116,7 +125,10 @@ def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
 
     split = "train" if check_purpose(purpose) == "train" else "eval"
     files, _ = split_games(env, split)
-    factory = TextworldFactory(files, max_steps=env.max_turns, win_reward=env.textworld.win_reward)
+    t = env.textworld
+    factory = TextworldFactory(
+        files, max_steps=env.max_turns, win_reward=t.win_reward, progress=t.progress
+    )
     return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
 
 
@@ -152,10 +164,8 @@ TEXTWORLD = EnvSpec(
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 12, "history_length": 2},
     commands=add_commands,
     ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
-    # the engine's score: points a step gained over the game's maximum (envs/rewards.py)
-    progress=Progress(
-        gained=lambda info: info.get("score_delta", 0),
-        maximum=lambda info: info.get("max_score", 0),
-    ),
+    # env.textworld.progress: quest steps or score points gained over the episode's maximum, as
+    # the environment reports them in info (envs/textworld/env.py, envs/rewards.py)
+    progress=INFO_PROGRESS,
     single_reward=lambda env: env.textworld.win_reward,
 )
