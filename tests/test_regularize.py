@@ -16,6 +16,7 @@ from absl.testing import parameterized
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives import kl, ratio, regularize
 from arlarena_jax.objectives.compose import AdvantageEstimator, chain
+from arlarena_jax.objectives.value import clipped_value_loss
 from tests.spec_vectors import TV2_ENTROPY, TV2_LP, TV2_MASK, TV2_OLD, ragged, tv2_batch
 
 ATOL = 1e-5
@@ -159,12 +160,12 @@ def test_value_loss_hand_computed():
     m = jnp.array([[1.0, 1.0, 0.0]])
     # token 0: unclipped (1−0)² = 1, clipped v → 0.5: 0.25, max 1, clipfrac no
     # token 1: unclipped 1, clipped v stays 2 (within 2.2 ± 0.5): 1, max 1
-    loss, metrics = regularize.value_loss(v, v_old, ret, m, jnp.ones(1), agg.token_mean(), 0.5)
+    loss, metrics = clipped_value_loss(v, v_old, ret, m, jnp.ones(1), clip=0.5)
     np.testing.assert_allclose(loss, 0.5, atol=1e-6)
     np.testing.assert_allclose(metrics["vf_clipfrac"], 0.0, atol=1e-6)
     # Returns 5 pull v = 1 toward a clipped 0.5 → clipped sq 20.25 > 16: counted.
-    loss, metrics = regularize.value_loss(
-        v, v_old, jnp.array([[5.0, 3.0, 0.0]]), m, jnp.ones(1), agg.token_mean(), 0.5
+    loss, metrics = clipped_value_loss(
+        v, v_old, jnp.array([[5.0, 3.0, 0.0]]), m, jnp.ones(1), clip=0.5
     )
     np.testing.assert_allclose(loss, 0.5 * (20.25 + 1.0) / 2, atol=1e-5)
     np.testing.assert_allclose(metrics["vf_clipfrac"], 0.5, atol=1e-6)

@@ -16,7 +16,6 @@ from arlarena_jax.objectives.aggregate import Aggregation
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Regularizer
 from arlarena_jax.objectives.declare import Input, means
-from arlarena_jax.objectives.stats import masked_mean
 
 Array = jax.Array
 
@@ -68,28 +67,3 @@ def entropy(coef: float = 1e-3, aggregation: Aggregation | None = None) -> Regul
         return -coef * value, {"entropy": value}
 
     return Regularizer("entropy", fn, needs=frozenset({Input.ENTROPY}), reductions=means("entropy"))
-
-
-def value_loss(
-    values: Array,
-    old_values: Array,
-    returns: Array,
-    mask: Array,
-    row_mask: Array,
-    aggregation: Aggregation,
-    cliprange_value: float = 0.5,
-) -> tuple[Array, dict[str, Array]]:
-    """PPO critic loss: 0.5·agg(max((v − R)², (clip(v, v_old ± ε) − R)²), m)
-    (docs/algorithms.md §3.7).
-
-    Returns (loss, {"vf_loss", "vf_clipfrac"}), vf_clipfrac = mean[clipped sq > unclipped sq].
-    """
-    clipped = jnp.clip(values, old_values - cliprange_value, old_values + cliprange_value)
-    unclipped_sq = jnp.square(values - returns)
-    clipped_sq = jnp.square(clipped - returns)
-    loss = 0.5 * aggregation(jnp.maximum(unclipped_sq, clipped_sq), mask, row_mask)
-    token_mask = mask * row_mask[:, None]
-    return loss, {
-        "vf_loss": loss,
-        "vf_clipfrac": masked_mean(clipped_sq > unclipped_sq, token_mask),
-    }

@@ -1,8 +1,8 @@
 """PPO's critic objective: the clipped value loss and the critic's diagnostics
 (docs/algorithms.md §3.7c; verl ``compute_value_loss``).
 
-Pure, jittable functions of ``[N, T]`` token arrays; ``mask`` is the valid-token mask
-(``response_mask · row_mask``), so padding never counts.
+Pure, jittable functions of ``[N, T]`` token arrays; ``mask`` is the response mask and
+``row_mask`` the real rows, so padding never counts.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def clipped_value_loss(
     clip: float,
     aggregation: Aggregation | None = None,
 ) -> ValueLoss:
-    """L_V = ½·agg(max((V − R)², (V_clip − R)²)) with V_clip = V_old + clip(V − V_old, −ε_v, ε_v).
+    """L_V = ½·agg(max((V − R)², (V_clip − R)²)) with V_clip = clip(V, V_old − ε_v, V_old + ε_v).
 
     ``values`` V are the critic's current predictions, ``old_values`` V_old the ones the
     advantages were computed with, ``returns`` R the GAE targets. ``agg`` defaults to token-mean
@@ -46,14 +46,15 @@ def clipped_value_loss(
     if clip <= 0:
         raise ValueError(f"the value clip must be > 0, got {clip}")
     aggregation = token_mean() if aggregation is None else aggregation
-    clipped = old_values + jnp.clip(values - old_values, -clip, clip)
+    clipped = jnp.clip(values, old_values - clip, old_values + clip)  # exactly V inside the band
     unclipped_loss = jnp.square(values - returns)
     clipped_loss = jnp.square(clipped - returns)
     loss = 0.5 * aggregation(jnp.maximum(unclipped_loss, clipped_loss), mask, row_mask)
+    valid = mask * row_mask[:, None]
     metrics = {
         "vf_loss": loss,
-        "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).astype(jnp.float32), mask),
-        "vpred_mean": masked_mean(values, mask),
+        "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).astype(jnp.float32), valid),
+        "vpred_mean": masked_mean(values, valid),
     }
     return ValueLoss(loss, metrics)
 
