@@ -214,3 +214,24 @@ def test_cut_generation_cuts_tokens_to_the_kept_text():
 def test_invalid_limits_are_refused():
     with pytest.raises(ValueError, match="max_right_tokens"):
         TrajectoryRows(max_right_tokens=0)
+
+
+def test_schedules_count_one_row_per_trajectory_under_trajectory_rows():
+    """The optimizer's schedule length: B·G rows per step under trajectory rows (math), B·G·turns
+    under turn rows; ceil(rows / mini-batch) · epochs · steps."""
+    import math
+
+    from arlarena_jax.train.config_io import load_config
+    from arlarena_jax.train.run import optimizer_steps
+
+    config = load_config("configs/math/base_tiny.yaml")
+    env, t = config.env, config.trainer
+    rows = env.train_batch_size * env.group_size
+    want = math.ceil(rows / t.mini_batch_size) * t.ppo_epochs * t.total_steps
+    assert optimizer_steps(config) == max(1, want)
+    turns = load_config("configs/sokoban/base_tiny.yaml")
+    env, t = turns.env, turns.trainer
+    rows = env.train_batch_size * env.group_size * env.max_turns
+    assert (
+        optimizer_steps(turns) == math.ceil(rows / t.mini_batch_size) * t.ppo_epochs * t.total_steps
+    )

@@ -165,11 +165,11 @@ def collect_trajectories(
     ]
     done = np.zeros(n, bool)
     for turn in range(max_turns):
-        spent = [
+        spent = {
             i
             for i in range(n)
             if not done[i] and len(conversations[i].ids) >= rows.max_right_tokens
-        ]
+        }
         todo = [i for i in range(n) if not done[i] and i not in spent]
         gens = (
             _generate(policy, conversations, todo, turn, rows.max_right_tokens, training)

@@ -156,8 +156,10 @@ def eval_policy(policy: SamplerPolicy, config: Config) -> SamplerPolicy:
 
 
 def optimizer_steps(config: Config) -> int:
-    """Upper bound of optimizer steps (schedules count mini-batch updates)."""
-    rows = config.env.train_batch_size * config.env.group_size * config.env.max_turns
+    """Upper bound of optimizer steps (schedules count mini-batch updates): one row per turn, or
+    one per trajectory under trajectory rows."""
+    rows_per_trajectory = config.env.max_turns if build.row_layout(config) is None else 1
+    rows = config.env.train_batch_size * config.env.group_size * rows_per_trajectory
     per_step = math.ceil(rows / config.trainer.mini_batch_size) * config.trainer.ppo_epochs
     return max(1, config.trainer.total_steps * per_step)
 
