@@ -48,9 +48,9 @@ from arlarena_jax.train.update import (
     UpdateStep,
     accumulate_gradients,
     guarded_update,
+    map_micro_batches,
     mesh_jit,
     run_update,
-    unless_padding,
 )
 
 Array = jax.Array
@@ -102,18 +102,11 @@ def make_values_fn(
     (a ``lax.map``; padding-only micro-batches are not run and give 0)."""
     values = _response_values(forward, prompt_length)
 
-    def one(critic_params, policy_params, ids, mask):
-        return unless_padding(jnp.any(mask > 0), values, critic_params, policy_params, ids, mask)
-
     def fn(critic_params, policy_params, sequences: Sequences) -> Array:
-        n, width = sequences.input_ids.shape
-        if n % micro_batch_size:
-            raise ValueError(f"{n} rows are not a multiple of micro_batch_size {micro_batch_size}")
-        k = n // micro_batch_size
-        ids = sequences.input_ids.reshape(k, micro_batch_size, width)
-        mask = sequences.attention_mask.reshape(k, micro_batch_size, width)
-        out = jax.lax.map(lambda xs: one(critic_params, policy_params, *xs), (ids, mask))
-        return out.reshape(n, -1)
+        def one(ids, mask):
+            return values(critic_params, policy_params, ids, mask)
+
+        return map_micro_batches(one, sequences, micro_batch_size)
 
     return mesh_jit(fn, mesh, state_args=2, row_outputs=True)
 

@@ -175,20 +175,30 @@ def make_log_prob_fn(
         )
         return stats.log_probs, stats.entropy
 
-    def one(params, ids, mask):
-        return unless_padding(jnp.any(mask > 0), run, params, ids, mask)
-
     def fn(params, sequences: Sequences) -> tuple[Array, Array]:
-        n, width = sequences.input_ids.shape
-        if n % micro_batch_size:
-            raise ValueError(f"{n} rows are not a multiple of micro_batch_size {micro_batch_size}")
-        k = n // micro_batch_size
-        ids = sequences.input_ids.reshape(k, micro_batch_size, width)
-        mask = sequences.attention_mask.reshape(k, micro_batch_size, width)
-        lp, ent = jax.lax.map(lambda xs: one(params, *xs), (ids, mask))
-        return lp.reshape(n, -1), ent.reshape(n, -1)
+        return map_micro_batches(
+            lambda ids, mask: run(params, ids, mask), sequences, micro_batch_size
+        )
 
     return mesh_jit(fn, mesh, state_args=1, row_outputs=True)
+
+
+def map_micro_batches(fn: Callable, sequences: Sequences, micro_batch_size: int):
+    """``fn(ids, mask)`` over consecutive micro-batches of ``micro_batch_size`` rows (a
+    ``lax.map``, so peak memory is one micro-batch's), its ``[rows, ...]`` outputs joined back to
+    ``[N, ...]``. A micro-batch of padding rows only (no attended token) is not run: zeros."""
+    n, width = sequences.input_ids.shape
+    if n % micro_batch_size:
+        raise ValueError(f"{n} rows are not a multiple of micro_batch_size {micro_batch_size}")
+    k = n // micro_batch_size
+    ids = sequences.input_ids.reshape(k, micro_batch_size, width)
+    mask = sequences.attention_mask.reshape(k, micro_batch_size, width)
+
+    def one(xs):
+        return unless_padding(jnp.any(xs[1] > 0), fn, *xs)
+
+    out = jax.lax.map(one, (ids, mask))
+    return jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), out)
 
 
 def make_prepare_fn(objective: Objective) -> Callable:
