@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -58,6 +59,15 @@ def run(directory, steps: int, *extra: str):
     return train(load_config(CONFIG, overrides), console=False)
 
 
+def stopped_after_step_2(directory, tmp_path):
+    """A copy of the uninterrupted run as it stood after step 2: its checkpoints up to step 2
+    (checkpoints are saved every step), without the later one and the exports."""
+    copy = tmp_path / "run"
+    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("hf", "hf_critic"))
+    shutil.rmtree(copy / "checkpoints" / "3")
+    return copy
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     directory = tmp_path_factory.mktemp("ppo")
@@ -99,9 +109,8 @@ def test_the_critic_is_exported_for_transformers(uninterrupted):
 
 
 def test_resume_equals_the_uninterrupted_run_critic_included(uninterrupted, tmp_path):
-    _, full = uninterrupted
-    run(tmp_path, 2)
-    resumed = run(tmp_path, 3)
+    directory, full = uninterrupted
+    resumed = run(stopped_after_step_2(directory, tmp_path), 3)
     assert [row["step"] for row in resumed.history] == [3.0]
     expected = full.history[-1]
     for key, value in resumed.history[-1].items():
