@@ -258,3 +258,24 @@ def test_normalised_dense_rewards_reach_the_rows_and_sum_to_one_on_won_games(roo
     np.testing.assert_allclose(np.asarray(turns.step_rewards), [0.25] * 4 * len(files))
     metrics = rollout_metrics(rollout, training=True)
     assert metrics["episode/success_rate"] == 1.0 and metrics["episode/reward/mean"] == 1.0
+
+
+def test_commands_that_are_not_admissible_never_reach_the_interpreter(
+    train_games, tmp_path, monkeypatch
+):
+    """The interpreter's meta commands would write a transcript or a save file into the working
+    directory (``script``, ``save``: the next command is read as the file name), or end the game
+    (``quit``). A command that is not admissible uses a step, changes nothing and is answered
+    "Nothing happens."; admissible commands match case- and whitespace-insensitively."""
+    monkeypatch.chdir(tmp_path)
+    files, walkthroughs = train_games
+    env = TextworldEnv(files, max_steps=20)
+    start = env.reset(0)
+    for command in ("script", "junk file name", "save", "restore", "quit", "restart", "undo"):
+        obs, reward, done, info = env.step(command)
+        assert (obs.text, reward, done) == ("Nothing happens.", 0.0, False), command
+        assert obs.admissible == start.admissible and info["progress"] == 0
+    assert list(tmp_path.iterdir()) == []  # no transcript, no save file
+    steps = [env.step(f"  {c.upper()} ") for c in walkthroughs[0]]
+    assert steps[-1][3]["won"] and sum(s[3]["quest_progress"] for s in steps) == 4
+    env.close()

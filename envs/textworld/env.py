@@ -8,10 +8,13 @@
 * Observation: the game's text (``engine.clean``: no banner, no prompt line; at reset the
   objective and the first room), the admissible commands (sorted, as the engine gives them) and
   the task, the game's objective text.
-* ``step(command)``: any string is a command; one the game does not understand answers with its
-  parser's message and still uses a step. Reward ``win_reward`` on the winning step, else 0 (the
-  single end-of-episode reward, as ALFWorld's, docs/environments.md §4.5). The episode ends when
-  won or lost or after ``max_steps`` steps; stepping an ended episode returns the last
+* ``step(command)``: an admissible command (compared case- and whitespace-insensitively) is
+  played on the engine; any other string uses a step, changes nothing and is answered
+  :data:`NOT_ADMISSIBLE` without reaching the interpreter, whose meta commands (``save``,
+  ``restore``, ``script``, ``quit``, ...) would write files into the working directory, read the
+  next command as a file name or end the game. Reward ``win_reward`` on the winning step, else 0
+  (the single end-of-episode reward, as ALFWorld's, docs/environments.md §4.5). The episode ends
+  when won or lost or after ``max_steps`` steps; stepping an ended episode returns the last
   observation, reward 0 and ``done`` again.
 * ``info``: ``won``, ``lost``, ``score`` and ``max_score`` (the engine's points),
   ``score_delta`` (points gained by this step), ``quest_remaining`` (the commands of the engine's
@@ -36,6 +39,11 @@ from envs.textworld.engine import clean, quiet, start
 WIN_REWARD = 10.0
 MAX_STEPS = 12  # meow-tea-taro's max_iter for w2-o3-q4
 PROGRESS_SIGNALS = ("quest", "score")  # env.textworld.progress: what info["progress"] measures
+NOT_ADMISSIBLE = "Nothing happens."  # the answer to a command that is not admissible
+
+
+def _canonical(command: str) -> str:
+    return " ".join(command.lower().split())
 
 
 def remaining(state: Any, previous: int) -> int:
@@ -142,14 +150,27 @@ class TextworldEnv:
         if self._done:
             ended = {"score_delta": 0, "quest_progress": 0, "progress": 0}
             return self._obs, 0.0, True, {**self._info, **ended}
+        admissible = {_canonical(c): c for c in self._obs.admissible}
+        command = admissible.get(_canonical(str(action)))
+        if command is None:
+            return self._refuse()
         with quiet():
-            state, _, engine_done = self._engine.step(str(action).replace("\\", ""))
+            state, _, engine_done = self._engine.step(command)
         self._update(state, reset=False)
         self._steps += 1
         won = self._info["won"]
         self._done = won or self._info["lost"] or bool(engine_done)
         self._done = self._done or self._steps >= self.max_steps
         return self._obs, self.win_reward if won else 0.0, self._done, dict(self._info)
+
+    def _refuse(self) -> tuple[Observation, float, bool, dict[str, Any]]:
+        """A step that is not played: the same state, :data:`NOT_ADMISSIBLE`, no progress."""
+        self._steps += 1
+        self._done = self._steps >= self.max_steps
+        self._obs = dataclasses.replace(self._obs, text=NOT_ADMISSIBLE)
+        unchanged = {"score_delta": 0, "quest_progress": 0, "progress": 0}
+        self._info = {**self._info, **unchanged}
+        return self._obs, 0.0, self._done, dict(self._info)
 
     def close(self) -> None:
         """Release the engine."""
