@@ -38,8 +38,9 @@ STATES = ("new", "queued", "running", "done", "stopped", "failed", "interrupted"
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One command of a sweep: a shared start (``arlarena sft``) or a run (``arlarena train``).
-    ``needs``: the names of jobs that must be done before it starts."""
+    """One command of a sweep: a shared start (``arlarena sft``), a run (``arlarena train``) or
+    an evaluation of a done run (``arlarena eval-run``). ``needs``: the names of jobs that must be
+    done before it starts."""
 
     name: str
     command: tuple[str, ...]
@@ -92,6 +93,13 @@ def error_line(log: Path) -> str:
         return "no log"
     tagged = [x for x in lines if x.startswith("arlarena:")]
     return (tagged or lines or ["no output"])[-1][:500]
+
+
+def need_failed(need: str, need_dir: Path) -> str:
+    """The error of a job whose needed job ``need`` (a shared start, or the run an evaluation
+    reads) failed."""
+    what = "its shared start" if need.startswith("start/") else "the run it evaluates,"
+    return f"{what} {need} failed (see {Path(need_dir) / LOG_FILE})"
 
 
 def state_of_exit(status: int) -> str:

@@ -3,7 +3,8 @@
 Each job runs through the wrapper (:mod:`arlarena_jax.arena.jobs`) in its own process, pinned to
 its share of the cores (``sched_setaffinity``; XLA and the thread pools size themselves from the
 cores they may use), with ``OMP_NUM_THREADS`` and friends set to that share. A job starts once
-every job it needs is done; a job whose shared start failed is marked failed without running. On
+every job it needs is done; a job whose shared start (or, for an evaluation, whose run) failed is
+marked failed without running. On
 SIGTERM or SIGINT the executor passes SIGTERM to every running job (each saves and exits 75),
 waits for them and returns :data:`EXIT_STOPPED`: running the sweep again resumes them.
 """
@@ -19,7 +20,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from arlarena_jax.arena.jobs import EXIT_STOPPED, LOG_FILE, Job, read_state, write_state
+from arlarena_jax.arena.jobs import (
+    EXIT_STOPPED,
+    LOG_FILE,
+    Job,
+    need_failed,
+    read_state,
+    write_state,
+)
 from arlarena_jax.arena.progress import Progress
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -128,7 +136,7 @@ class LocalExecutor:
             ended = [n for n in job.needs if n not in queued and _state(dirs[n]) not in waiting]
             failed = [n for n in ended if _state(dirs[n]) == "failed"]
             if failed:
-                error = f"its shared start {failed[0]} failed (see {dirs[failed[0]] / LOG_FILE})"
+                error = need_failed(failed[0], dirs[failed[0]])
                 write_state(job.run_dir, state="failed", error=error, command=list(job.command))
             elif not ended:
                 keep.append(job)

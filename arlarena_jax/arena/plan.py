@@ -7,6 +7,9 @@ that shapes the cloned policy (:func:`arlarena_jax.train.start.cloning_settings`
 environment, ``sft.*``, the evaluation, the seed) share one *start*, ``<starts>/<env>/<key>``:
 cloned once by ``arlarena sft`` and then read by each of them through ``sft.init_from``. The start
 directory depends only on those settings, so a later sweep with the same cloning config finds it.
+A sweep's ``method_overrides`` join the overrides of its method's runs; each of its
+``evaluate_on`` entries is one :class:`PlannedEvaluation` per run
+(:mod:`arlarena_jax.arena.evaluate`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.evaluate import EVALUATIONS_DIR, read_evaluation
 from arlarena_jax.arena.spec import METHOD_KEY, SEED_KEY, STEPS_KEY, SweepSpec
 from arlarena_jax.errors import ConfigError
 
@@ -40,8 +44,33 @@ class Start:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlannedEvaluation:
+    """A run's final policy evaluated under other settings (``evaluate_on``), once it is done:
+    ``arlarena eval-run RUN_DIR NAME key=value ...``, its job directory
+    ``RUN_DIR/evaluations/NAME``."""
+
+    name: str
+    run_name: str
+    run_dir: Path
+    overrides: tuple[str, ...]
+
+    @property
+    def job_name(self) -> str:
+        return f"eval/{self.run_name}/{self.name}"
+
+    @property
+    def job_dir(self) -> Path:
+        return self.run_dir / EVALUATIONS_DIR / self.name
+
+    def command(self) -> tuple[str, ...]:
+        """The ``arlarena`` arguments that evaluate it."""
+        return ("eval-run", str(self.run_dir), self.name, *self.overrides)
+
+
+@dataclasses.dataclass(frozen=True)
 class PlannedRun:
-    """One run of the sweep: its axis values, its overrides and its shared start (if cloned)."""
+    """One run of the sweep: its axis values, its overrides, its shared start (if cloned) and
+    its evaluations under other settings."""
 
     name: str
     base: Path
@@ -50,6 +79,7 @@ class PlannedRun:
     run_dir: Path
     start: Start | None
     config: Any = dataclasses.field(default=None, repr=False, compare=False)  # loaded, checked
+    evaluations: tuple[PlannedEvaluation, ...] = ()
 
     def command(self) -> tuple[str, ...]:
         """The ``arlarena`` arguments of the run (what a user types to run it alone)."""
@@ -77,10 +107,13 @@ def combinations(spec: SweepSpec) -> list[tuple[Path, dict[str, Any]]]:
     return runs
 
 
-def _overrides(spec: SweepSpec, values: dict[str, Any]) -> dict[str, Any]:
-    """The budget, then the sweep-wide overrides, then the axis values (the later wins)."""
+def _overrides(
+    spec: SweepSpec, values: dict[str, Any], method: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The budget, then the sweep-wide overrides, then the ``method`` overrides of the run's
+    method, then the axis values (the later wins)."""
     budget = {} if spec.budget.rl_steps is None else {STEPS_KEY: spec.budget.rl_steps}
-    return budget | spec.overrides | values
+    return budget | spec.overrides | (method or {}) | values
 
 
 def _format(value: Any) -> str:
@@ -112,27 +145,68 @@ def _start(spec: SweepSpec, base: Path, overrides: dict[str, Any], config: Any) 
     return Start(key, config.env.name, spec.starts / config.env.name / key, base, cloning)
 
 
+def _load(base: Path, overrides: dict[str, Any], values: dict[str, Any]) -> tuple[tuple, Any]:
+    """The override texts and the loaded, checked config; a bad one is one line naming the run."""
+    from arlarena_jax.train.config_io import load_config, override_text
+
+    texts = tuple(override_text(k, v) for k, v in overrides.items())
+    try:
+        return texts, load_config(base, texts)
+    except ConfigError as err:
+        shown = ", ".join(f"{k}={_format(v)}" for k, v in values.items())
+        raise ConfigError(f"sweep run ({base.name}, {shown}): {err}") from None
+
+
 def plan(spec: SweepSpec) -> list[PlannedRun]:
     """Every run of ``spec``, its config loaded and checked (a bad one is one line naming the
-    run), its run directory and its shared start."""
-    from arlarena_jax.train.config_io import load_config, override_text
+    run), its run directory, its shared start and its evaluations."""
+    from arlarena_jax.objectives.presets import preset_key
 
     runs = []
     for base, values in combinations(spec):
         overrides = _overrides(spec, values)
-        texts = tuple(override_text(k, v) for k, v in overrides.items())
-        try:
-            config = load_config(base, texts)
-        except ConfigError as err:
-            shown = ", ".join(f"{k}={_format(v)}" for k, v in values.items())
-            raise ConfigError(f"sweep run ({base.name}, {shown}): {err}") from None
+        texts, config = _load(base, overrides, values)
+        method = spec.method_overrides.get(preset_key(config.algorithm.method))
+        if method:
+            overrides = _overrides(spec, values, method)
+            texts, config = _load(base, overrides, values)
         name = f"{config.env.name}/{_label(values, config)}"
         start = _start(spec, base, overrides, config)
         runs.append(PlannedRun(name, base, values, texts, spec.out / name, start, config))
     _unique_names(runs, spec)
+    runs = [dataclasses.replace(r, evaluations=_evaluations(spec, r)) for r in runs]
     for run in runs:
         check_existing(run)
     return runs
+
+
+def _evaluations(spec: SweepSpec, run: PlannedRun) -> tuple[PlannedEvaluation, ...]:
+    """The run's evaluations, each config loaded and checked now (one line naming the run and
+    the evaluation), each already made checked against its recorded overrides."""
+    from arlarena_jax.train.config_io import load_config, override_text
+
+    planned = []
+    for name, overrides in spec.evaluate_on.items():
+        texts = tuple(override_text(k, v) for k, v in overrides.items())
+        try:
+            load_config(run.base, (*run.overrides, *texts))
+        except ConfigError as err:
+            raise ConfigError(f"sweep run {run.name}: evaluate_on.{name}: {err}") from None
+        evaluation = PlannedEvaluation(name, run.name, run.run_dir, texts)
+        made = read_evaluation(evaluation.job_dir)
+        if made is not None and tuple(made.get("overrides", ())) != texts:
+            raise ConfigError(
+                f"sweep run {run.name}: {evaluation.job_dir} holds evaluation {name!r} with "
+                f"{' '.join(made.get('overrides', ())) or 'no overrides'}, this sweep gives "
+                f"{' '.join(texts)}; remove that directory or give the evaluation another name"
+            )
+        planned.append(evaluation)
+    return tuple(planned)
+
+
+def evaluations(runs: list[PlannedRun]) -> list[PlannedEvaluation]:
+    """Every evaluation of ``runs``, run by run."""
+    return [e for run in runs for e in run.evaluations]
 
 
 IGNORED_IN_COMPARISON = ("trainer.run_dir", "sft.init_from")  # paths, spelled as given

@@ -2,8 +2,9 @@
 
 The time left is estimated from the jobs that are done (their recorded start and end, in this
 sweep or an earlier one): the mean wall time of a finished run (and, separately, of a shared
-start) times the work still queued, less what the running jobs have already spent, divided by
-the number of workers. Before a job of each kind still to come is done there is no estimate.
+start and of an evaluation) times the work still queued, less what the running jobs have already
+spent, divided by the number of workers. Before a job of each kind still to come is done there is
+no estimate.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Progress:
 
     def seconds_left(self, states: dict[str, dict]) -> float | None:
         """Remaining wall time (see module doc), or None before any job of a kind ended."""
-        now, spent = self.clock(), {"start": [], "run": []}
+        now, spent = self.clock(), {"start": [], "run": [], "eval": []}
         for name, record in states.items():
             if record["state"] == "done" and "ended" in record and "started" in record:
                 spent[_kind(name)].append(record["ended"] - record["started"])
@@ -87,7 +88,9 @@ class Progress:
 
 
 def _kind(name: str) -> str:
-    return "start" if name.startswith("start/") else "run"
+    """A job's kind, from its name: ``start/…``, ``eval/…`` or a run."""
+    prefix = name.split("/", 1)[0]
+    return prefix if prefix in ("start", "eval") else "run"
 
 
 def _bucket(state: str) -> str:

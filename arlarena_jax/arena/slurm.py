@@ -7,7 +7,8 @@ sweep file's ``slurm:`` mapping becomes sbatch options (``gpus_per_node: 1`` is
 ``minutes_per_run`` plus :data:`MARGIN_MINUTES`. A run whose shared start is submitted in the same
 call (or still queued from an earlier one) waits for it with ``--dependency=afterok:<id>``
 (``--kill-on-invalid-dep=yes``: a failed start cancels it); a start that is stopped and requeued
-keeps its id, so its runs keep waiting.
+keeps its id, so its runs keep waiting. An evaluation (``evaluate_on``) waits for its run the
+same way.
 
 After submission a job's state is ``queued`` with its ``slurm_job_id``; a job queued or running
 under an id ``squeue`` still knows is never submitted twice. With ``wait`` the executor polls
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.arena.jobs import EXIT_STOPPED, LOG_FILE, Job, read_state, write_state
+from arlarena_jax.arena.jobs import EXIT_STOPPED, Job, need_failed, read_state, write_state
 from arlarena_jax.arena.progress import Progress
 from arlarena_jax.errors import ConfigError
 
@@ -310,7 +311,7 @@ class SlurmExecutor:
 
 
 def _fail_need(job: Job, need: str, dirs: dict[str, Path]) -> None:
-    error = f"its shared start {need} failed (see {Path(dirs[need]) / LOG_FILE})"
+    error = need_failed(need, dirs[need])
     write_state(job.run_dir, state="failed", error=error, command=list(job.command))
 
 

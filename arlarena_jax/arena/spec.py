@@ -14,6 +14,11 @@
       trainer.total_steps: [30, 10]
     overrides:                        # set in every run
       trainer.eval_every: 4
+    method_overrides:                 # set in the runs of one method (after overrides)
+      ppo: {algorithm.gae_across_turns: true}
+    evaluate_on:                      # after each run: its final policy evaluated again under
+      next_tier:                      # these overrides (arlarena_jax.arena.evaluate)
+        env.textworld.tier: w4-o6-q8
     budget:
       rl_steps: 12                    # trainer.total_steps of every run (an axis may set it)
       minutes_per_run: 30             # a run's wall-clock limit: SIGTERM, saved, resumable
@@ -26,10 +31,12 @@ sweep file and the key. The expansion into runs is :mod:`arlarena_jax.arena.plan
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.evaluate import NOT_EVALUATION_KEYS, name_problem
 from arlarena_jax.errors import ConfigError
 
 KNOWN_KEYS = (
@@ -40,6 +47,8 @@ KNOWN_KEYS = (
     "grid",
     "zip",
     "overrides",
+    "method_overrides",
+    "evaluate_on",
     "budget",
     "out",
     "starts",
@@ -71,6 +80,8 @@ class SweepSpec:
     out: Path
     starts: Path
     slurm: dict[str, Any]
+    method_overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    evaluate_on: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _fail(path: Path, key: str, message: str) -> ConfigError:
@@ -148,6 +159,61 @@ def _bases(data: dict, path: Path) -> tuple[Path, ...]:
     return bases
 
 
+def _named_mappings(data: dict, key: str, path: Path) -> dict[str, dict[str, Any]]:
+    """``key``: a mapping of names to non-empty mappings of dotted keys."""
+    raw = data.get(key) or {}
+    if not isinstance(raw, dict) or not all(isinstance(n, str) and n for n in raw):
+        raise _fail(path, key, f"expected a mapping of names to overrides, got {raw!r}")
+    for name, overrides in raw.items():
+        if not isinstance(overrides, dict) or not overrides:
+            raise _fail(
+                path, f"{key}.{name}", f"expected dotted keys and values, got {overrides!r}"
+            )
+        if not all(isinstance(k, str) for k in overrides):
+            raise _fail(path, f"{key}.{name}", f"expected dotted keys, got {list(overrides)!r}")
+    return raw
+
+
+def _method_overrides(data: dict, grid: dict, path: Path) -> dict[str, dict[str, Any]]:
+    """``method_overrides``: preset key → overrides; each method is one of the methods axis
+    (when there is one), and none sets the method itself."""
+    from arlarena_jax.objectives.presets import preset_key
+
+    out: dict[str, dict[str, Any]] = {}
+    known: set[str] = set()
+    for value in grid.get(METHOD_KEY, ()):  # an unknown one fails when its runs are planned
+        with contextlib.suppress(ValueError):
+            known.add(preset_key(str(value)))
+    axis = known if METHOD_KEY in grid else None
+    for method, overrides in _named_mappings(data, "method_overrides", path).items():
+        try:
+            key = preset_key(method)
+        except ValueError as err:
+            raise _fail(path, f"method_overrides.{method}", str(err)) from None
+        if axis is not None and key not in axis:
+            raise _fail(path, f"method_overrides.{method}", "is not a method of this sweep")
+        if METHOD_KEY in overrides:
+            raise _fail(path, f"method_overrides.{method}.{METHOD_KEY}", "cannot change the method")
+        if key in out:
+            raise _fail(path, f"method_overrides.{method}", f"names the method {key!r} again")
+        out[key] = overrides
+    return out
+
+
+def _evaluate_on(data: dict, path: Path) -> dict[str, dict[str, Any]]:
+    """``evaluate_on``: evaluation name → overrides; a name is a directory name, and no
+    evaluation moves the run directory or its start (:mod:`arlarena_jax.arena.evaluate`)."""
+    out = _named_mappings(data, "evaluate_on", path)
+    for name, overrides in out.items():
+        problem = name_problem(name)
+        if problem:
+            raise _fail(path, f"evaluate_on.{name}", problem)
+        for key in NOT_EVALUATION_KEYS:
+            if key in overrides:
+                raise _fail(path, f"evaluate_on.{name}.{key}", "is set by the evaluation itself")
+    return out
+
+
 def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
     """The checked :class:`SweepSpec` of the YAML file ``path``; ``out`` overrides its ``out``."""
     from arlarena_jax.train.config_io import read_mapping
@@ -175,4 +241,6 @@ def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
         out=Path(out if out is not None else data.get("out", "runs/sweeps")) / name,
         starts=Path(data.get("starts", "runs/starts")),
         slurm=_mapping(data, "slurm", path),
+        method_overrides=_method_overrides(data, grid, path),
+        evaluate_on=_evaluate_on(data, path),
     )

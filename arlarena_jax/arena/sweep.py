@@ -6,11 +6,12 @@
    (:mod:`arlarena_jax.arena.jobs`). Done jobs are skipped; stopped or interrupted ones run again
    and resume from their checkpoints; failed ones are skipped (``--retry-failed`` runs them).
 3. The executor runs what is left: ``local`` (a pool of worker processes, the default) or
-   ``slurm`` (one job each through ``sbatch``). A run starts after its shared start is done.
+   ``slurm`` (one job each through ``sbatch``). A run starts after its shared start is done; its
+   evaluations under other settings (``evaluate_on``, :mod:`arlarena_jax.arena.evaluate`) after it.
 
-``--dry-run`` prints the table of runs (name, overrides, shared start, status) and runs nothing.
-The exit status is 0 when every run is done, 1 when some failed, 75 when stopped by a signal
-(run the same command to go on), and 2 for a bad sweep file.
+``--dry-run`` prints the table of runs (name, overrides, shared start, status), the evaluations,
+and runs nothing. The exit status is 0 when every run and evaluation is done, 1 when some failed,
+75 when stopped by a signal (run the same command to go on), and 2 for a bad sweep file.
 """
 
 from __future__ import annotations
@@ -26,10 +27,16 @@ from arlarena_jax.arena.spec import SweepSpec, load_sweep
 
 
 def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
-    """The shared starts first, then the runs, each run needing its start."""
+    """The shared starts first, then the runs, each run needing its start, then the
+    evaluations, each needing its run."""
     starts = [Job(s.name, s.command(), s.run_dir) for s in planning.starts(runs)]
     needs = lambda run: () if run.start is None else (run.start.name,)  # noqa: E731
-    return starts + [Job(r.name, r.command(), r.run_dir, needs(r)) for r in runs]
+    trained = [Job(r.name, r.command(), r.run_dir, needs(r)) for r in runs]
+    evaluations = [
+        Job(e.job_name, e.command(), e.job_dir, (e.run_name,))
+        for e in planning.evaluations(list(runs))
+    ]
+    return starts + trained + evaluations
 
 
 def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") -> list[Job]:
@@ -66,6 +73,20 @@ def table(runs: Sequence[planning.PlannedRun]) -> str:
     return "\n".join(lines)
 
 
+def evaluation_table(runs: Sequence[planning.PlannedRun]) -> str:
+    """The dry run's evaluations: job, overrides, status (empty without ``evaluate_on``)."""
+    rows = [("evaluation", "overrides", "status")]
+    for e in planning.evaluations(list(runs)):
+        record = read_state(e.job_dir)
+        status = record["state"] + (f": {record['error']}" if record.get("error") else "")
+        rows.append((e.job_name, " ".join(_short(o) for o in e.overrides), status))
+    if len(rows) == 1:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{row[0].ljust(widths[0])}  {row[1].ljust(widths[1])}  {row[2]}" for row in rows]
+    return "\n".join(lines)
+
+
 def _executor(args: argparse.Namespace, spec: SweepSpec, workers: int):
     minutes = spec.budget.minutes_per_run
     if args.executor == "slurm":
@@ -78,12 +99,23 @@ def _executor(args: argparse.Namespace, spec: SweepSpec, workers: int):
 
 
 def _summary(runs: Sequence[planning.PlannedRun], out: Path) -> tuple[str, int]:
-    states = [read_state(r.run_dir) for r in runs]
-    failed = [(r, s) for r, s in zip(runs, states, strict=True) if s["state"] == "failed"]
-    done = sum(s["state"] == "done" for s in states)
-    lines = [f"sweep: {done} of {len(runs)} runs done, {len(failed)} failed; runs in {out}"]
-    lines += [f"  failed: {r.name}: {s.get('error', '?')}" for r, s in failed]
-    if done == len(runs):
+    """The closing lines (runs and evaluations done and failed, then the report command once
+    all are done) and the number of failed jobs."""
+    evaluations = planning.evaluations(list(runs))
+    kinds = [("runs", [(r.name, r.run_dir) for r in runs])]
+    kinds += (
+        [("evaluations", [(e.job_name, e.job_dir) for e in evaluations])] if evaluations else []
+    )
+    parts, complete, failed = [], True, []
+    for noun, named in kinds:
+        states = [(name, read_state(path)) for name, path in named]
+        bad = [(name, s) for name, s in states if s["state"] == "failed"]
+        done = sum(s["state"] == "done" for _, s in states)
+        parts.append(f"{done} of {len(named)} {noun} done, {len(bad)} failed")
+        complete, failed = complete and done == len(named), failed + bad
+    lines = [f"sweep: {'; '.join(parts)}; runs in {out}"]
+    lines += [f"  failed: {name}: {s.get('error', '?')}" for name, s in failed]
+    if complete:
         lines.append(f"report: arlarena report {out} -o {out}/report")
     return "\n".join(lines), len(failed)
 
@@ -95,10 +127,15 @@ def sweep_command(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep, out=args.out)
     runs = planning.plan(spec)
     jobs = jobs_of(runs)
-    starts = len(jobs) - len(runs)
-    print(f"sweep {spec.name}: {len(runs)} runs from {starts} shared start(s), in {spec.out}")
+    evaluations = len(planning.evaluations(runs))
+    starts = len(jobs) - len(runs) - evaluations
+    also = f" and {evaluations} evaluation(s)" if evaluations else ""
+    print(f"sweep {spec.name}: {len(runs)} runs from {starts} shared start(s){also}, in {spec.out}")
     if args.dry_run:
         print(table(runs))
+        extra = evaluation_table(runs)
+        if extra:
+            print(extra)
         return 0
     todo = to_run(jobs, retry_failed=args.retry_failed, executor=args.executor)
     for job in todo:  # a failed job run again is queued; its last error stays in the record
@@ -123,7 +160,11 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 
 def add_command(commands) -> None:
-    """Register ``arlarena sweep`` on the CLI's subparsers."""
+    """Register ``arlarena sweep`` on the CLI's subparsers, and ``arlarena eval-run``, the job
+    of a sweep's evaluations (:mod:`arlarena_jax.arena.evaluate`)."""
+    from arlarena_jax.arena import evaluate
+
+    evaluate.add_command(commands)
     sub = commands.add_parser("sweep", help="run a sweep of training runs from shared starts")
     sub.add_argument("sweep", help="a sweep file, e.g. configs/sweeps/quick.yaml")
     sub.add_argument("--dry-run", action="store_true", help="print the runs; run nothing")

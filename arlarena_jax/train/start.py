@@ -30,6 +30,7 @@ from arlarena_jax.train.config import Config, ConfigError
 RL_ONLY = (
     "algorithm",
     "optim",
+    "critic",  # built from the cloned policy, after cloning
     "monitor",
     "sampler.train",
     "env.train_batch_size",

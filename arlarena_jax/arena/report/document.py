@@ -57,6 +57,8 @@ def results_table(rows: Sequence[Row], baseline: str) -> Table:
     headers = ["Dimension", "Method", "n", "After cloning (%)", "Final success (%)"]
     headers += [f"Δ vs {baseline}", "Best success (%)"]
     headers += (["Final score", "Best score"] if key else []) + ["Collapsed seeds", "Warned seeds"]
+    names = list(rows[0].evaluated)  # the environment's evaluations under other settings
+    headers += [f"Success @{name} (%)" for name in names]
     body = []
     for r in rows:
         n = len(r.group.runs)
@@ -65,7 +67,8 @@ def results_table(rows: Sequence[Row], baseline: str) -> Table:
         line += [cell(r.success["best"], n, 100)]
         if key:
             line += [cell(r.score["final"], n, 1, 3), cell(r.score["best"], n, 1, 3)]
-        body.append((*line, f"{r.collapsed}/{n}", f"{r.warned}/{n}"))
+        line += [f"{r.collapsed}/{n}", f"{r.warned}/{n}"]
+        body.append((*line, *(cell(r.evaluated[name], n, 100) for name in names)))
     return Table(tuple(headers), tuple(body))
 
 
@@ -73,12 +76,21 @@ def _at(value: float | None, step: int | None) -> str:
     return DASH if value is None else f"{value:.1f} (step {step})"
 
 
+def _evaluated_at(evaluation: dict | None) -> str:
+    if evaluation is None or evaluation["success"] is None:
+        return DASH
+    return f"{evaluation['success']:.1f} (step {evaluation['step']})"
+
+
 def runs_table(report: Report, env: str) -> Table:
     """One line per run of ``env``."""
+    records = [r for r in run_records(report) if r["env"] == env]
+    names = sorted({name for rec in records for name in rec["evaluations"]})
     headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
     headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
+    headers += tuple(f"Success @{name} (%)" for name in names)
     body = []
-    for rec in (r for r in run_records(report) if r["env"] == env):
+    for rec in records:
         state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
         steps = f"{rec['last_step']}/{rec['total_steps'] or '?'}"
         final = _at(rec["success_final"], rec["success_final_step"])
@@ -89,6 +101,7 @@ def runs_table(report: Report, env: str) -> Table:
         warnings = ", ".join(rec["warning_kinds"])
         warnings = f"{warnings} ({rec['warning_step']})" if warnings else DASH
         body[-1] += (step, kinds, warnings)
+        body[-1] += tuple(_evaluated_at(rec["evaluations"].get(name)) for name in names)
     return Table(headers, tuple(body))
 
 
@@ -128,6 +141,23 @@ def definitions(report: Report) -> Bullets:
     )
 
 
+def evaluations_note(report: Report, env: str) -> Paragraph | None:
+    """What each ``Success @NAME`` column of ``env`` evaluated: its overrides."""
+    seen: dict[str, set[str]] = {}
+    for run in (r for r in report.runs if r.env == env):
+        for name, record in run.evaluations.items():
+            seen.setdefault(name, set()).add(" ".join(record.get("overrides", [])) or "none")
+    if not seen:
+        return None
+    parts = [f"@{name}: {' | '.join(sorted(o))}" for name, o in sorted(seen.items())]
+    return Paragraph(
+        f"Success @NAME: {SUCCESS_KEY} of each run's final checkpoint evaluated again under "
+        f"other settings (arlarena eval-run; a sweep's evaluate_on), in %. Overrides: "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def env_blocks(report: Report, env: str) -> list[Block]:
     rows = [r for r in report.rows if r.group.env == env]
     baseline = method_info(report.baseline)[1]
@@ -136,6 +166,9 @@ def env_blocks(report: Report, env: str) -> list[Block]:
         key = rows[0].score_key
         note = SCORE_NOTES.get(key, "as logged")
         blocks.append(Paragraph(f"Score: {key}, {note}; mean ± std over seeds as above."))
+    note = evaluations_note(report, env)
+    if note is not None:
+        blocks.append(note)
     figures = [p for p in report.plots if p.env == env]
     if figures:
         items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)

@@ -11,7 +11,7 @@ from arlarena_jax.arena.report.collapse import Collapse, SuccessCollapse
 from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.plots import Plot
 from arlarena_jax.arena.report.runs import Run
-from arlarena_jax.arena.report.table import SUCCESS_KEY, Row, evaluation
+from arlarena_jax.arena.report.table import SUCCESS_KEY, Row, evaluated_success, evaluation
 
 
 @dataclasses.dataclass
@@ -67,6 +67,20 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
         "warning_kinds": collapse.warning_kinds,
         "events": [e.message for e in collapse.events],
         "logged_events": [t.text for t in run.texts if t.tag.startswith("stability")],
+        "evaluations": {name: _evaluation_record(run, name) for name in run.evaluations},
+    }
+
+
+def _evaluation_record(run: Run, name: str) -> dict[str, Any]:
+    """One evaluation of the run under other settings: its overrides, step and metrics, and its
+    success in %."""
+    record = run.evaluations[name]
+    return {
+        "overrides": record.get("overrides", []),
+        "step": record.get("step"),
+        "episodes": record.get("episodes"),
+        "success": _number(evaluated_success(run, name), 100),
+        "metrics": record["metrics"],
     }
 
 

@@ -3,7 +3,8 @@
 A run directory holds ``config.yaml`` (the resolved training config) and ``tensorboard/`` (event
 files). The paths given may be run directories or any folder above them. The sweep state is
 ``sweep_state.json`` (``{"state": ..., "error": ...}``, written by the sweep's job wrapper);
-without it the state is ``unknown``.
+without it the state is ``unknown``. Evaluations of the run's final policy under other settings
+(``arlarena eval-run``, a sweep's ``evaluate_on``) are ``evaluations/<name>/metrics.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from arlarena_jax.arena.evaluate import read_evaluations
 from arlarena_jax.arena.report.events import EventLog, Series, TextEvent, read_events
 from arlarena_jax.errors import ConfigError
 
@@ -33,6 +35,7 @@ class Run:
     texts: list[TextEvent]
     state: str = "unknown"
     error: str | None = None
+    evaluations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by name
 
     @property
     def env(self) -> str:
@@ -113,7 +116,8 @@ def load_run(path: Path) -> Run:
     """Read one run directory."""
     log: EventLog = read_events(path / LOG_DIR)
     state, error = read_state(path)
-    return Run(path, read_config(path), log.scalars, log.texts, state, error)
+    config = read_config(path)
+    return Run(path, config, log.scalars, log.texts, state, error, read_evaluations(path))
 
 
 def load_runs(paths: Iterable[Path]) -> list[Run]:

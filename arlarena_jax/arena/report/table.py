@@ -8,7 +8,9 @@ Per run, from an evaluated metric (``val/success_rate``, or the score):
 
 Per group: mean ± sample std (ddof=1; "–" for one seed) over seeds, and the relative change of
 the mean final success against the baseline group (GRPO) of the same environment, as the paper
-prints it: ``(m − m_grpo) / m_grpo · 100``. Success is shown in %, the score as logged.
+prints it: ``(m − m_grpo) / m_grpo · 100``. Success is shown in %, the score as logged. Runs
+evaluated again under other settings (``evaluations/<name>``, a sweep's ``evaluate_on``) add the
+success of each such evaluation, ``val/success_rate@<name>``, per group.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Row:
     change: float | None  # % change of the mean final success against the baseline
     collapsed: int  # seeds with a collapse event
     warned: int = 0  # seeds with a warning event
+    evaluated: dict[str, Stat] = dataclasses.field(default_factory=dict)  # success @ evaluation
 
 
 def evaluation(series: Series | None) -> Evaluation:
@@ -105,6 +108,17 @@ def _stats(runs: Sequence[Run], key: str | None) -> dict[str, Stat]:
     return {p: stat([getattr(e, p) for e in evals]) for p in POINTS}
 
 
+def evaluated_success(run: Run, name: str) -> float | None:
+    """The held-out success of the run's evaluation ``name`` (None where it has none)."""
+    value = run.evaluations.get(name, {}).get("metrics", {}).get(SUCCESS_KEY)
+    return None if value is None else float(value)
+
+
+def evaluation_names(runs: Sequence[Run]) -> list[str]:
+    """The names of the evaluations any of ``runs`` has, sorted."""
+    return sorted({name for run in runs for name in run.evaluations})
+
+
 def relative_change(mean: float | None, baseline: float | None) -> float | None:
     """``(mean − baseline) / baseline · 100``; None if either is missing or the baseline is 0."""
     if mean is None or baseline is None or baseline == 0:
@@ -125,6 +139,7 @@ def build_rows(
     for g in groups:
         by_env.setdefault(g.env, []).extend(g.runs)
     keys = {env: score_key(runs) for env, runs in by_env.items()}
+    names = {env: evaluation_names(runs) for env, runs in by_env.items()}
     success = {id(g): _stats(g.runs, SUCCESS_KEY) for g in groups}
     rows = []
     for g in groups:
@@ -136,7 +151,8 @@ def build_rows(
         hits = sum(collapsed.get(str(r.path), False) for r in g.runs)
         warns = sum((warned or {}).get(str(r.path), False) for r in g.runs)
         stats = _stats(g.runs, keys[g.env])
-        rows.append(Row(g, success[id(g)], stats, keys[g.env], change, hits, warns))
+        evaluated = {n: stat([evaluated_success(r, n) for r in g.runs]) for n in names[g.env]}
+        rows.append(Row(g, success[id(g)], stats, keys[g.env], change, hits, warns, evaluated))
     return rows
 
 

@@ -42,6 +42,7 @@ def row_record(row: Row) -> dict[str, Any]:
         "change_vs_baseline_pct": row.change,
         "collapsed_seeds": row.collapsed,
         "warned_seeds": row.warned,
+        "evaluated_success": {name: _stat(s) for name, s in row.evaluated.items()},
     }
 
 
@@ -59,13 +60,18 @@ def write_summary(report: Report, path: Path) -> None:
 
 
 def write_runs_csv(report: Report, path: Path) -> None:
-    """``runs.csv``: one line per run (success in %; collapse kinds joined by ``;``)."""
+    """``runs.csv``: one line per run (success in %; collapse kinds joined by ``;``; the
+    success of each evaluation under other settings as ``success@<name>``)."""
+    records = run_records(report)
+    names = sorted({name for rec in records for name in rec["evaluations"]})
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
+        fields = [*CSV_FIELDS, *(f"success@{n}" for n in names)]
+        writer = csv.DictWriter(f, fields, extrasaction="ignore")
         writer.writeheader()
-        for rec in run_records(report):
+        for rec in records:
             joined = {k: ";".join(rec[k]) for k in ("collapse_kinds", "warning_kinds")}
-            writer.writerow(rec | joined)
+            evaluated = {f"success@{n}": e["success"] for n, e in rec["evaluations"].items()}
+            writer.writerow(rec | joined | evaluated)
 
 
 def write_files(report: Report, *, embed_images: bool = False) -> list[Path]:
