@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -24,24 +23,16 @@ from arlarena_jax.models.value import QwenValueModel, load_value_pretrained
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import train
 from arlarena_jax.train.metrics import read_scalars
+from tests import test_trainer
 
 CONFIG = "configs/sokoban/base_tiny.yaml"
-SMALL = [
+SMALL = [  # the policy trainer test's sizes, PPO without cloning (later keys win)
+    *test_trainer.SMALL,
     "algorithm.method=ppo",
     "sft.enabled=false",
     "trainer.eval_at_start=false",
-    "trainer.eval_episodes=4",
-    "env.eval_batch_size=4",
-    "env.train_batch_size=2",
-    "env.group_size=2",
-    "trainer.mini_batch_size=8",
-    "trainer.micro_batch_size=4",
     "trainer.ppo_epochs=2",
-    "sampler.max_concurrent_decodes=4",
-    "env.max_turns=3",
-    "trainer.save_every=1",
     "trainer.eval_every=0",
-    "trainer.export_hf=false",
     "critic.optim.lr=1e-3",  # large enough that the critic visibly moves in 3 steps
 ]
 CRITIC_KEYS = (
@@ -57,15 +48,6 @@ CRITIC_KEYS = (
 def run(directory, steps: int, *extra: str):
     overrides = [*SMALL, *extra, f"trainer.total_steps={steps}", f"trainer.run_dir={directory}"]
     return train(load_config(CONFIG, overrides), console=False)
-
-
-def stopped_after_step_2(directory, tmp_path):
-    """A copy of the uninterrupted run as it stood after step 2: its checkpoints up to step 2
-    (checkpoints are saved every step), without the later one and the exports."""
-    copy = tmp_path / "run"
-    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("hf", "hf_critic"))
-    shutil.rmtree(copy / "checkpoints" / "3")
-    return copy
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +92,7 @@ def test_the_critic_is_exported_for_transformers(uninterrupted):
 
 def test_resume_equals_the_uninterrupted_run_critic_included(uninterrupted, tmp_path):
     directory, full = uninterrupted
-    resumed = run(stopped_after_step_2(directory, tmp_path), 3)
+    resumed = run(test_trainer.stopped_after_step_2(directory, tmp_path), 3)
     assert [row["step"] for row in resumed.history] == [3.0]
     expected = full.history[-1]
     for key, value in resumed.history[-1].items():
