@@ -48,6 +48,11 @@ class EnvSpec:
       needs is missing (``training``: the training tasks are needed too).
     * ``settings``: the type of the environment's own config section ``env.<name>`` (None: none).
     * ``tokenizer_episodes``: expert episodes in the ``tiny-<name>`` tokenizer's corpus.
+    * ``tokenizer_isolate``: characters the ``tiny-<name>`` tokenizer always encodes alone (never
+      merged with a neighbour).
+    * ``device_env(env, encoder)``: the environment as one on-device program with its prompt
+      format (:class:`envs.device.DeviceEnv`) for the formats that allow it; None: host rollouts
+      only.
     * ``paper``: the paper-scale ``env`` settings (``configs/<name>/base_qwen3_4b.yaml``).
     * ``method_settings``: per method preset, hyper-parameter overrides from this
       environment's release scripts (``{method: {field: value}}``).
@@ -73,6 +78,8 @@ class EnvSpec:
     check_data: Callable[[Any, bool], None] = _no_data_check
     settings: type | None = None
     tokenizer_episodes: int = 32
+    tokenizer_isolate: str = ""
+    device_env: Callable[[Any, Any], Any] | None = None
     paper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     method_settings: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     commands: Callable[[Any], None] | None = None

@@ -64,13 +64,16 @@ QWEN_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
 )
 
 
-def _qwen_pipeline(tokenizer: Tokenizer) -> Tokenizer:
+def _qwen_pipeline(tokenizer: Tokenizer, isolate: str = "") -> Tokenizer:
+    """Qwen's normaliser, split and byte-level steps; each character of ``isolate`` is first
+    split off as a piece of its own (so no merge ever joins it to a neighbour)."""
     tokenizer.normalizer = normalizers.NFC()
+    split = [pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False)]
+    if isolate:
+        chars = "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(isolate))
+        split.insert(0, pre_tokenizers.Split(Regex(f"[{chars}]"), behavior="isolated"))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
+        [*split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
@@ -118,11 +121,15 @@ def from_tiktoken(path: str | Path) -> PreTrainedTokenizerFast:
     return wrap(tokenizer)
 
 
-def train_tiny(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+def train_tiny(
+    texts: Iterable[str], vocab_size: int = 512, isolate: str = ""
+) -> PreTrainedTokenizerFast:
     """Train a Qwen-layout byte-level BPE of ``vocab_size`` tokens in total (added ones included).
 
     The 256 byte symbols are always in the vocabulary, so any text (any language, any byte) stays
-    encodable; merges are learned from ``texts``.
+    encodable; merges are learned from ``texts``. Every character of ``isolate`` is always encoded
+    on its own, whatever surrounds it (Sokoban's grid symbols: a cell is then one fixed token
+    sequence, which the on-device prompt renderer relies on).
     """
     n_added = len(QWEN_ADDED_TOKENS)
     learned = vocab_size - n_added
@@ -131,7 +138,7 @@ def train_tiny(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokeniz
             f"vocab_size {vocab_size} leaves {learned} ids for the byte-level base; "
             f"it must be at least {256 + n_added}"
         )
-    tokenizer = _qwen_pipeline(Tokenizer(BPE()))
+    tokenizer = _qwen_pipeline(Tokenizer(BPE()), isolate)
     trainer = BpeTrainer(
         vocab_size=learned,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

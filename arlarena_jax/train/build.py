@@ -106,7 +106,7 @@ def build_tokenizer(config: Config) -> Any:
             )
         seeds = range(TOKENIZER_SEED_BASE, TOKENIZER_SEED_BASE + spec.tokenizer_episodes)
         texts = [d.prompt + d.reply for d in demonstrations(config, seeds)]
-        return train_tiny(texts, vocab_size=TINY_VOCAB)
+        return train_tiny(texts, vocab_size=TINY_VOCAB, isolate=spec.tokenizer_isolate)
     return load_tokenizer(name if name is not None else config.model.path)
 
 
@@ -209,3 +209,33 @@ def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: M
         seed=config.trainer.seed,
     )
     return engine, policy
+
+
+def build_device_rollout(config: Config, policy: SamplerPolicy):
+    """The on-device rollout of ``env.device_rollout``
+    (:class:`~arlarena_jax.rollout.device.DeviceRollout`); an environment or prompt format that
+    cannot play on device is a one-line ConfigError."""
+    from arlarena_jax.rollout.device import DeviceRollout
+    from arlarena_jax.rollout.policy import chat_prompt_ids
+    from envs.device import PromptEncoder
+
+    spec = env_spec(config)
+    if spec.device_env is None:
+        raise ConfigError(
+            f"config key 'env.device_rollout': environment {spec.name!r} has no on-device rollout"
+        )
+    tokenizer = policy.tokenizer
+    encoder = PromptEncoder(
+        prompt=lambda content: chat_prompt_ids(tokenizer, content, policy.enable_thinking),
+        text=policy.encode_text,
+        max_prompt_tokens=policy.engine.max_prefill_length,
+    )
+    device_env = spec.device_env(config.env, encoder)
+    return DeviceRollout(
+        device_env,
+        policy.engine,
+        tokenizer,
+        stop_strings=policy.stop_strings,
+        max_turns=config.env.max_turns,
+        history_length=config.env.history_length,
+    )

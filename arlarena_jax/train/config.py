@@ -79,6 +79,9 @@ class EnvCommon:
     # episode's maximum progress (a won episode's sum to 1).
     reward: str = "native"
     reward_normalise: bool = False
+    # Play whole episode batches as one on-device program (JAX-native environments that declare
+    # EnvSpec.device_env: Sokoban with the compact prompt; turn rows, the native reward).
+    device_rollout: bool = False
 
 
 def _env_config() -> type:
@@ -362,6 +365,28 @@ def _check_rows(env: Any) -> None:
     _at_least(env, "env", 1, "max_observation_tokens", "max_right_tokens")
 
 
+def _check_device_rollout(env: Any) -> None:
+    """``env.device_rollout`` only where the environment declares it, with turn rows and the
+    environment's own reward (its prompt format is checked when the rollout is built)."""
+    if not env.device_rollout:
+        return
+    spec = registry.get(env.name)
+    having = [n for n in registry.names() if registry.get(n).device_env is not None]
+    if spec.device_env is None:
+        _fail(
+            "env.device_rollout",
+            f"env {env.name!r} has no on-device rollout (environments with one: "
+            f"{', '.join(having) or 'none'})",
+        )
+    if env.rows not in (None, "turn"):
+        _fail("env.device_rollout", f"needs turn rows, got env.rows {env.rows!r}")
+    native = env.reward == "native" or (
+        env.reward == spec.native_reward and not env.reward_normalise
+    )
+    if not native:
+        _fail("env.device_rollout", f"plays the native reward only, got env.reward {env.reward!r}")
+
+
 def _check_algorithm(algorithm: Any) -> None:
     try:
         preset = PRESETS[preset_key(algorithm.method)]
@@ -416,10 +441,13 @@ def validate(config: Config) -> Config:
         _fail("env.step_timeout_s", f"must be > 0, got {env.step_timeout_s!r}")
     _check_env_name(env)
     _check_rows(env)
+    _check_device_rollout(env)
     _check_reward(env)
     _check(invalid_engine(sampler), "sampler")
     if any(not s for s in sampler.stop_strings):
         _fail("sampler.stop_strings", "stop strings must be non-empty")
+    if env.device_rollout and len(sampler.stop_strings) > 1:
+        _fail("sampler.stop_strings", "env.device_rollout takes at most one stop string")
     _check_method(config)
     _check(invalid_optim(config.optim), "optim")
     _check(invalid_optim(config.sft.optim), "sft.optim")

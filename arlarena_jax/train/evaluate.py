@@ -31,16 +31,18 @@ def evaluate(
     history_length: int = 2,
     rows: Any = None,
     before_chunk: Callable[[], None] | None = None,
+    collector: Callable[..., Rollout] = collect,
 ) -> tuple[dict[str, float], Rollout]:
     """``val/…`` metrics over one episode per seed, and the merged rollout. ``before_chunk()``
-    runs before each chunk (the trainer's stop check: it raises to abandon the evaluation)."""
+    runs before each chunk (the trainer's stop check: it raises to abandon the evaluation);
+    ``collector`` plays each chunk (``collect``, or an on-device rollout's ``collect``)."""
     if not seeds:
         raise ValueError("evaluate needs at least one seed")
     kept_rows, trajectories = [], []
     for chunk in seed_chunks(seeds, envs.num_envs):
         if before_chunk is not None:
             before_chunk()
-        rollout = collect(
+        rollout = collector(
             envs,
             task_format,
             policy,

@@ -94,19 +94,21 @@ def collect_batch(
     history_length: int,
     rows: Any = None,
     global_step: int,
+    collector: Callable[..., Rollout] = collect,
 ) -> tuple[Rollout, Rollout, int]:
     """Roll out (docs/environments.md §1.2) with the objective's dynamic-sampling filter
     (docs/algorithms.md §7).
 
     ``group_seeds(try_index)`` gives the task seeds of each try (fresh tasks per try). Returns the
     kept groups merged, the last try's full rollout (the one rollout metrics come from,
-    docs/algorithms.md §7) and the number of tries.
+    docs/algorithms.md §7) and the number of tries. ``collector`` plays a batch (``collect``'s
+    signature): the host loop, or an on-device rollout's ``collect``.
     """
     last: list[Rollout] = []
 
     def generate() -> list[Rollout]:
         seeds = list(group_seeds(len(last)))
-        rollout = collect(
+        rollout = collector(
             envs,
             task_format,
             policy,

@@ -43,6 +43,7 @@ import numpy as np
 from flax import nnx
 
 from arlarena_jax.objectives.compose import Input
+from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
@@ -228,6 +229,7 @@ class Run:
         self._writer: MetricsWriter | None = None
         self._sampler: tuple[Any, SamplerPolicy] | None = None
         self._envs: dict[str, Any] = {}
+        self._device_rollout: Any = None
         self._setup: UpdateSetup | None = None
         self._cloning: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
         self._cloned = False  # cloning finished in this process (its policy not saved yet)
@@ -270,6 +272,16 @@ class Run:
             self._sampler = build.build_policy(self.config, self.model, self.tokenizer, self.mesh)
             self._sampler[1].calls = self.host.policy_calls
         return self._sampler
+
+    @property
+    def collector(self):
+        """What plays a batch of episodes: the host loop (``collect``), or under
+        ``env.device_rollout`` the on-device rollout's ``collect`` (built once)."""
+        if not self.config.env.device_rollout:
+            return collect
+        if self._device_rollout is None:
+            self._device_rollout = build.build_device_rollout(self.config, self.policy)
+        return self._device_rollout.collect
 
     def envs(self, purpose: str):
         """The evaluation or training environments (opened once, closed with the run)."""
@@ -465,6 +477,7 @@ class Run:
             history_length=c.env.history_length,
             rows=self.rows,
             before_chunk=self.check_stop,
+            collector=self.collector,
         )
         if step is not None:
             self.writer.scalars(step, metrics)
@@ -517,6 +530,7 @@ class Run:
                 history_length=c.env.history_length,
                 rows=self.rows,
                 global_step=step,
+                collector=self.collector,
             )
         with timer("update"):
             params, opt_state, objective_state, critic, metrics = update_policy(

@@ -14,6 +14,7 @@ from arlarena_jax.errors import InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
 from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT
+from envs.sokoban.render import SYMBOLS
 from envs.text import Expert
 
 DEMO_BATCH = 64  # rooms the expert plays at once
@@ -58,6 +59,13 @@ def expert(env: Any) -> Expert:
     return bfs_expert(replies, batch_size=DEMO_BATCH)
 
 
+def device_env(env: Any, encoder: Any) -> Any:
+    """Sokoban with the compact prompt as one on-device program (:mod:`envs.sokoban.device`)."""
+    from envs.sokoban.device import make_device_env
+
+    return make_device_env(env, encoder)
+
+
 SOKOBAN = EnvSpec(
     name="sokoban",
     make_batch=make_batch,
@@ -65,6 +73,8 @@ SOKOBAN = EnvSpec(
     expert=expert,
     settings=SokobanConfig,
     tokenizer_episodes=256,
+    tokenizer_isolate="".join(SYMBOLS),  # one token per grid cell (the on-device prompt)
+    device_env=device_env,
     paper={"train_batch_size": 32, "group_size": 8, "max_turns": 15, "history_length": 2},
     ignores={
         "num_workers": "its batch runs in-process",

@@ -1,0 +1,369 @@
+"""On-device rollout: a whole multi-turn episode batch of a JAX-native environment as one jitted
+program (docs/environments.md §1.10).
+
+For an environment that declares :attr:`envs.registry.EnvSpec.device_env` (Sokoban with the
+compact prompt), each turn of a ``lax.while_loop`` over turns:
+
+1. renders every live episode's prompt ids from its state (:attr:`envs.device.DeviceEnv.prompt`),
+2. prefills them, draws each first token, then decodes in a ``lax.while_loop`` until every reply
+   has stopped (a stop token, the stop string in the reply's bytes, or the budget),
+3. projects each reply's bytes onto an action (an unreadable reply is the invalid action, as on
+   the host) and steps the environments; finished episodes are masked and no longer prompted.
+
+It samples exactly as the host path does: the same engine decode step, and for turn t the keys
+the host's :class:`~arlarena_jax.rollout.policy.SamplerPolicy` would use for its call (the call
+seed from ``(seed, call)``, request r of the call the r-th live episode). Given the same
+parameters it therefore plays the same trajectories as
+:func:`arlarena_jax.rollout.loop.collect`, up to float rounding between differently shaped
+programs. The host receives the turn arrays once and builds the same :class:`Rollout` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size
+from arlarena_jax.rollout.policy import SamplerPolicy, call_seed
+from arlarena_jax.sampler.driver import find_stop
+from arlarena_jax.sampler.engine import DecodeState, Engine, fill_slots
+from arlarena_jax.sampler.sampling import GREEDY, SamplingParams, sample
+from arlarena_jax.tokenization.token_bytes import token_byte_table
+from envs.device import DeviceEnv, find_first
+from envs.text import TaskFormat
+
+Array = jax.Array
+
+
+class TurnArrays(NamedTuple):
+    """Every turn of every episode, ``[max_turns, n, …]`` (rows where ``active`` is False are
+    turns an episode did not take)."""
+
+    active: Array  # bool: the episode was live at this turn (it has a row)
+    observation: Array  # the observation the prompt was rendered from
+    step_shown: Array  # int32: the prompt's 1-based step
+    last_action: Array  # int32: the prompt's last action (−1: none)
+    prompt: Array  # int32 [P] prompt ids
+    prompt_length: Array  # int32
+    response: Array  # int32 [R] reply ids (the stop token included)
+    log_probs: Array  # float32 [R] behaviour log-probs
+    response_length: Array  # int32
+    text_length: Array  # int32: reply bytes up to the end of the first stop string
+    action: Array  # int32
+    action_valid: Array  # bool
+    reward: Array  # float32
+    won: Array  # bool
+    effective: Array  # bool
+
+
+class _Reply(NamedTuple):
+    """One turn's decoding state besides the engine's."""
+
+    tokens: Array  # [n, R]
+    log_probs: Array  # [n, R]
+    text: Array  # [n, W] uint8 reply bytes
+    text_length: Array  # [n]
+    stopped_at: Array  # [n] end of the first stop string in bytes (−1: none yet)
+
+
+class DeviceRollout:
+    """The on-device rollout of one environment with one policy's engine (see module doc)."""
+
+    def __init__(
+        self,
+        env: DeviceEnv,
+        engine: Engine,
+        tokenizer: Any,
+        *,
+        stop_strings: Sequence[str],
+        max_turns: int,
+        history_length: int,
+    ):
+        if len(stop_strings) > 1:
+            raise ValueError("the on-device rollout takes at most one stop string")
+        self.env, self.engine, self.tokenizer = env, engine, tokenizer
+        self.max_turns, self.history_length = max_turns, history_length
+        self.stop_strings = tuple(stop_strings)
+        self.stop = stop_strings[0].encode() if stop_strings else b""
+        table, lengths = token_byte_table(tokenizer, engine.model_config.vocab_size)
+        self.byte_table, self.byte_lengths = jnp.asarray(table), jnp.asarray(lengths)
+        self.traces = 0
+        self._play = jax.jit(self._play_impl, static_argnames=("sampling",))
+
+    def play(self, policy: SamplerPolicy, seeds: Sequence[int], *, training: bool) -> TurnArrays:
+        """Play one episode per seed (room ``key(seed)``) with ``policy``'s parameters, sampling
+        and seed stream, and return the turn arrays (host). Advances ``policy.calls`` by the
+        turns played, as the host loop's calls would."""
+        calls = [call_seed(policy.seed, policy.calls + t) for t in range(self.max_turns)]
+        sampling = policy.train_sampling if training else policy.eval_sampling
+        out, turns = self._play(
+            policy.engine.params,
+            jnp.asarray(np.asarray(seeds, np.int64).astype(np.uint32)),
+            jnp.asarray(calls, jnp.int32),
+            sampling=sampling,
+        )
+        policy.calls += int(turns)
+        out = jax.device_get(out)
+        longest = int(out.prompt_length.max(initial=0))
+        if longest > self.env.prompt_width:
+            raise ValueError(
+                f"a prompt has {longest} tokens, over the engine's max_prefill_length "
+                f"{self.env.prompt_width} (prompts are never truncated); raise max_prefill_length"
+            )
+        return out
+
+    def collect(
+        self,
+        envs: Any,
+        task_format: TaskFormat,
+        policy: SamplerPolicy,
+        *,
+        group_seeds: Sequence[int],
+        group_size: int,
+        max_turns: int,
+        history_length: int = 2,
+        training: bool = True,
+        group_offset: int = 0,
+        rows: Any = None,
+        skip_done: bool = True,
+    ) -> Rollout:
+        """:func:`arlarena_jax.rollout.loop.collect`, played on device (``envs`` only fixes the
+        batch size: the episodes live on device)."""
+        check_batch_size(envs, group_seeds, group_size)
+        if (max_turns, history_length) != (self.max_turns, self.history_length) or rows:
+            raise ValueError(
+                "this on-device rollout was built for max_turns "
+                f"{self.max_turns}, history_length {self.history_length} and turn rows"
+            )
+        seeds = [s for s in group_seeds for _ in range(group_size)]
+        turns = self.play(policy, seeds, training=training)
+        per_env = turn_rows(self, turns, group_size, group_offset, task_format.data_source)
+        return _finish(per_env, group_size, group_offset, task_format)
+
+    # ---- the program ----------------------------------------------------------------------
+    def _play_impl(self, params, seeds: Array, call_seeds: Array, sampling: SamplingParams):
+        self.traces += 1
+        env, n = self.env, seeds.shape[0]
+        states = jax.vmap(env.reset)(seeds)
+        out = _empty_turns(self, states, n)
+        carry = (jnp.int32(0), states, jnp.zeros(n, bool), jnp.full(n, -1, jnp.int32), out)
+
+        def cond(c):
+            turn, _, done, _, _ = c
+            return (turn < self.max_turns) & ~done.all()
+
+        def body(c):
+            turn, states, done, last, out = c
+            row, states, step_done = self._turn(
+                params, states, ~done, turn, last, call_seeds, sampling
+            )
+            row = row._replace(active=~done)
+            out = jax.tree.map(lambda buf, x: buf.at[turn].set(x), out, row)
+            last = jnp.where(done, last, row.action)
+            return turn + 1, states, done | step_done, last, out
+
+        turn, _, _, _, out = jax.lax.while_loop(cond, body, carry)
+        return out, turn
+
+    def _turn(self, params, states, live, turn, last, call_seeds, sampling):
+        """One turn for every episode (finished ones masked): prompt, reply, projection, step."""
+        env = self.env
+        observation = jax.vmap(env.observe)(states)
+        with_history = (turn > 0) & (self.history_length > 0)
+        step_shown = jnp.where(with_history, turn + 1, 1) * jnp.ones_like(last)
+        shown_last = jnp.where(with_history, last, -1)
+        prompt, prompt_length = jax.vmap(env.prompt)(observation, step_shown, shown_last)
+        keys = _member_keys(call_seeds[turn], live)
+        reply, emitted = self._live_replies(params, prompt, prompt_length, keys, live, sampling)
+        action, valid = jax.vmap(env.project)(reply.text, reply.text_length)
+        action = jnp.where(live, action, 0)
+        states, reward, done, won, effective = jax.vmap(env.step)(states, action)
+        row = TurnArrays(
+            live, observation, step_shown, shown_last, prompt, prompt_length, reply.tokens,
+            reply.log_probs, emitted, reply.text_length, action, valid & live, reward, won,
+            effective,
+        )  # fmt: skip
+        return row, states, done
+
+    def _live_replies(self, params, prompt, prompt_length, keys, live, sampling):
+        """:meth:`_reply` over the live rows only, gathered to the front of the smallest batch
+        size (n, n/2, n/4, n/8) that holds them (a ``lax.switch``: one program per size), then
+        scattered back; finished rows get empty replies. Rows are independent, so this changes
+        which rows are computed, not what a live row gets."""
+        n = prompt.shape[0]
+        sizes = [n >> j for j in range(4) if n % (1 << j) == 0 and (n >> j) >= 8] or [n]
+        order = jnp.argsort(~live, stable=True)  # live rows first, in order
+
+        def run(k: int):
+            def branch():
+                rows = order[:k]
+                reply, emitted = self._reply(
+                    params, prompt[rows], prompt_length[rows], keys[rows], live[rows], sampling
+                )
+                blank = jax.tree.map(lambda x: jnp.zeros((n, *x.shape[1:]), x.dtype), reply)
+                full = jax.tree.map(lambda b, x: b.at[rows].set(x), blank, reply)
+                return full, jnp.zeros(n, emitted.dtype).at[rows].set(emitted)
+
+            return branch
+
+        count = jnp.sum(live, dtype=jnp.int32)
+        smallest = jnp.sum(jnp.asarray(sizes[1:], jnp.int32) >= count, dtype=jnp.int32)
+        return jax.lax.switch(smallest, [run(k) for k in sizes])
+
+    def _prefill(self, params, prompt, prompt_length, keys):
+        """The engine's prefill in chunks of rows (a ``lax.map``), at most
+        ``prefill_batch_tokens`` padded tokens each, as the host driver batches prompts (on CPU
+        32 prompts of ~128 tokens at a time beat 128 at once)."""
+        k, width = prompt.shape
+        chunk = max(1, self.engine.config.prefill_batch_tokens // width)
+        while k % chunk:
+            chunk -= 1
+
+        def one(args):
+            return self.engine._prefill_rows(params, *args, GREEDY)
+
+        split = (x.reshape(k // chunk, chunk, *x.shape[1:]) for x in (prompt, prompt_length, keys))
+        prefix = jax.lax.map(one, tuple(split))
+        return jax.tree.map(lambda x: x.reshape(k, *x.shape[2:]), prefix)
+
+    def _reply(self, params, prompt, prompt_length, keys, live, sampling) -> tuple[_Reply, Array]:
+        """Prefill, draw the first tokens, then decode until every live reply has stopped.
+        Returns the reply and its token count."""
+        engine = self.engine
+        n, budget = prompt.shape[0], engine.config.max_new_tokens
+        prefix = self._prefill(params, prompt, prompt_length, keys)
+        first_keys, slot_keys = engine._split_first(keys)
+        first, first_lp = sample(prefix.logits, first_keys, sampling)
+        rows = jnp.arange(n, dtype=jnp.int32)
+        state = fill_slots(
+            _free_slots(engine, n), rows, prefix.cache, rows, prompt_length, first, first_lp,
+            jnp.int32(budget), slot_keys,
+        )  # fmt: skip
+        state = state._replace(done=~live)
+        width = (budget + 2) * self.byte_table.shape[1] + len(self.stop)  # slices never clamp
+        reply = _Reply(
+            jnp.zeros((n, budget), jnp.int32), jnp.zeros((n, budget), jnp.float32),
+            jnp.zeros((n, width), jnp.uint8), jnp.zeros(n, jnp.int32), jnp.full(n, -1, jnp.int32),
+        )  # fmt: skip
+        model = engine._model(params)
+
+        def body(c):
+            state, reply = c
+            return self._decode(model, state, reply, sampling)
+
+        state, reply = jax.lax.while_loop(lambda c: ~c[0].done.all(), body, (state, reply))
+        cut = jnp.where(reply.stopped_at >= 0, reply.stopped_at, reply.text_length)
+        return reply._replace(text_length=cut), state.generated
+
+    def _decode(self, model, state: DecodeState, reply: _Reply, sampling: SamplingParams):
+        """One engine decode step; its tokens appended to the replies, whose stop string ends
+        them."""
+        new, (token, valid, log_prob) = self.engine._decode_step(model, state, sampling)
+        rows = jnp.arange(token.shape[0])
+        at = jnp.where(valid, state.generated, reply.tokens.shape[1])  # invalid rows: dropped
+        tokens = reply.tokens.at[rows, at].set(token, mode="drop")
+        log_probs = reply.log_probs.at[rows, at].set(log_prob, mode="drop")
+        piece = self.byte_table[token]
+        grown = jnp.where(valid, self.byte_lengths[token], 0)
+        text = jax.vmap(lambda t, p, at: jax.lax.dynamic_update_slice(t, p, (at,)))(
+            reply.text, piece, reply.text_length
+        )
+        text = jnp.where(valid[:, None], text, reply.text)
+        length = reply.text_length + grown
+        stopped_at = reply.stopped_at
+        if self.stop:  # a new occurrence overlaps the appended bytes: search only there
+            m, span = len(self.stop), piece.shape[1] + len(self.stop) - 1
+            begin = jnp.maximum(reply.text_length - (m - 1), 0)
+            window = jax.vmap(lambda t, b: jax.lax.dynamic_slice(t, (b,), (span,)))(text, begin)
+            found = jax.vmap(lambda w, n: find_first(w, n, self.stop))(window, length - begin)
+            first = valid & (found >= 0) & (stopped_at < 0)
+            stopped_at = jnp.where(first, begin + found + m, stopped_at)
+            new = new._replace(done=new.done | first)
+        return new, _Reply(tokens, log_probs, text, length, stopped_at)
+
+
+def _free_slots(engine: Engine, n: int) -> DecodeState:
+    """A decode state of ``n`` free slots with the engine's cache length and dtype."""
+    from arlarena_jax.models.decode import empty_cache
+
+    cache = empty_cache(
+        engine.model_config, n, engine.config.cache_length, jnp.dtype(engine.config.cache_dtype)
+    )
+    zeros = jnp.zeros(n, jnp.int32)
+    keys = jax.random.split(jax.random.key(0), n)
+    return DecodeState(cache, zeros, zeros, jnp.zeros(n, jnp.float32), zeros, zeros,
+                       jnp.ones(n, bool), keys)  # fmt: skip
+
+
+def _member_keys(seed: Array, live: Array) -> Array:
+    """The host driver's request keys: request r (the r-th live episode) gets
+    ``split(fold_in(key(seed), r), 1)[0]``."""
+    rank = jnp.cumsum(live) - 1
+    base = jax.random.key(seed)
+    return jax.vmap(lambda r: jax.random.split(jax.random.fold_in(base, r), 1)[0])(rank)
+
+
+def _empty_turns(rollout: DeviceRollout, states, n: int) -> TurnArrays:
+    """Zero buffers ``[max_turns, n, …]`` for the turn arrays."""
+    t, width = rollout.max_turns, rollout.env.prompt_width
+    budget = rollout.engine.config.max_new_tokens
+    obs = jax.vmap(rollout.env.observe)(states)
+
+    def z(shape, dtype):
+        return jnp.zeros((t, n, *shape), dtype)
+
+    return TurnArrays(
+        z((), bool), z(obs.shape[1:], obs.dtype), z((), jnp.int32), z((), jnp.int32),
+        z((width,), jnp.int32), z((), jnp.int32), z((budget,), jnp.int32),
+        z((budget,), jnp.float32), z((), jnp.int32), z((), jnp.int32), z((), jnp.int32),
+        z((), bool), z((), jnp.float32), z((), bool), z((), bool),
+    )  # fmt: skip
+
+
+def turn_rows(
+    rollout: DeviceRollout, turns: TurnArrays, group_size: int, group_offset: int, source: str
+) -> list[list[TurnRow]]:
+    """The host rollout's rows, per episode, from the turn arrays."""
+    env, tokenizer = rollout.env, rollout.tokenizer
+    n = turns.active.shape[1]
+    per_env: list[list[TurnRow]] = [[] for _ in range(n)]
+    for t, i in zip(*np.nonzero(turns.active), strict=True):
+        response = turns.response[t, i, : turns.response_length[t, i]].tolist()
+        observation = turns.observation[t, i]
+        per_env[i].append(
+            TurnRow(
+                prompt_ids=turns.prompt[t, i, : turns.prompt_length[t, i]].tolist(),
+                response_ids=response,
+                log_probs=turns.log_probs[t, i, : len(response)].tolist(),
+                prompt=env.prompt_text(
+                    observation, int(turns.step_shown[t, i]), int(turns.last_action[t, i])
+                ),
+                response=_reply_text(tokenizer, response, rollout.stop_strings),
+                group=group_offset + i // group_size,
+                trajectory=group_offset * group_size + i,
+                env_index=int(i),
+                turn=int(t),
+                anchor=env.anchor_text(observation),
+                action=int(turns.action[t, i]),
+                reward=float(turns.reward[t, i]),
+                action_valid=bool(turns.action_valid[t, i]),
+                format_valid=True,
+                data_source=source,
+                info={
+                    "won": bool(turns.won[t, i]),
+                    "action_is_effective": bool(turns.effective[t, i]),
+                },
+            )
+        )
+    return per_env
+
+
+def _reply_text(tokenizer: Any, ids: list[int], stop_strings: Sequence[str]) -> str:
+    """The host driver's reply text: decoded without special tokens, cut after the stop string."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    found = find_stop(text, stop_strings) if stop_strings else None
+    return text if found is None else text[: found[1]]

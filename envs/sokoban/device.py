@@ -1,0 +1,274 @@
+"""Sokoban as one on-device program with its compact prompt (:class:`envs.device.DeviceEnv`).
+
+The compact prompt (``env.prompt: compact``) is rendered as token ids straight from the grid:
+
+    ids = F0 + STEP[step] + F1 + WORD[last action] + F2 + grid + F3
+
+where the grid is every cell's fixed ids (row by row, the newline's ids between rows) and the F's
+are the fixed stretches of the chat-templated prompt. The tables are cut from the host encoder's
+own output (common prefixes and suffixes over every step number and every action word), then the
+renderer is checked against the host encoding of every step, every word and grids holding every
+cell kind; a tokenizer that merges a cell with its neighbours fails that check with one line.
+The ``tiny-sokoban`` tokenizer encodes each grid symbol alone (``EnvSpec.tokenizer_isolate``), so
+it passes; the real Qwen vocabulary merges runs of ``#`` and does not.
+
+The projection is :func:`envs.sokoban.prompts.project_sokoban` on the reply's bytes: the first
+``<action>`` and ``</action>`` of the lower-cased reply, the first keyword (up, down, left, right,
+still, in that order) between them, and ``<think>``/``</think>`` presence for validity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from arlarena_jax.errors import ConfigError
+from envs.device import (
+    DeviceEnv,
+    PromptEncoder,
+    ascii_lower,
+    find_first,
+    pack_segments,
+    pad_rows,
+)
+from envs.sokoban.env import EnvParams, SokobanEnv
+from envs.sokoban.prompts import SOKOBAN_ACTION_NAMES, SOKOBAN_COMPACT, SOKOBAN_KEYWORDS
+from envs.sokoban.render import (
+    BOX,
+    BOX_ON_TARGET,
+    FLOOR,
+    PLAYER,
+    PLAYER_ON_TARGET,
+    SYMBOLS,
+    TARGET,
+    WALL,
+)
+
+WORDS = ("none", *SOKOBAN_ACTION_NAMES)  # index = last action + 1
+Array = jax.Array
+
+
+def compact_content(step: int, last_action: int, grid: np.ndarray) -> str:
+    """The compact prompt's user message for a 1-based step, a last action (−1: none) and a grid
+    of cell codes (the host's :func:`envs.sokoban.prompts.sokoban_compact_prompt`)."""
+    rows = "\n".join("".join(SYMBOLS[c] for c in row) for row in np.asarray(grid).tolist())
+    return SOKOBAN_COMPACT.format(current_step=step, last_action=WORDS[last_action + 1], grid=rows)
+
+
+def _prefix(seqs: Sequence[list[int]]) -> int:
+    """Length of the longest common prefix."""
+    n = min(len(s) for s in seqs)
+    return next((i for i in range(n) if len({s[i] for s in seqs}) > 1), n)
+
+
+def _suffix(seqs: Sequence[list[int]], prefix: int) -> int:
+    """Length of the longest common suffix that does not overlap ``prefix``."""
+    n = min(len(s) for s in seqs) - prefix
+    return next((i for i in range(n) if len({s[-1 - i] for s in seqs}) > 1), n)
+
+
+def _middles(seqs: Sequence[list[int]]) -> tuple[int, list[list[int]], int]:
+    """(common prefix length, the differing middles, common suffix length)."""
+    p = _prefix(seqs)
+    q = _suffix(seqs, p)
+    return p, [s[p : len(s) - q] for s in seqs], q
+
+
+def _find(seq: list[int], part: list[int]) -> int:
+    """Index of the first occurrence of ``part`` in ``seq`` (−1: none)."""
+    m = len(part)
+    return next((i for i in range(len(seq) - m + 1) if seq[i : i + m] == part), -1)
+
+
+class PromptTables:
+    """The renderer's id tables (see module doc), cut from the host encoder."""
+
+    def __init__(self, encoder: PromptEncoder, max_turns: int, grid: np.ndarray):
+        full = encoder.prompt
+        by_step = [full(compact_content(s, -1, grid)) for s in range(1, max_turns + 1)]
+        p0, steps, _ = _middles(by_step) if max_turns > 1 else (0, [[]], 0)
+        self.f0 = by_step[0][:p0]
+        by_word = [full(compact_content(1, a, grid)) for a in range(-1, len(WORDS) - 1)]
+        p1, words, q1 = _middles(by_word)
+        self.f1 = by_word[0][len(self.f0) + len(steps[0]) : p1]
+        self.cells = [encoder.text(s) for s in SYMBOLS]
+        self.newline = encoder.text("\n")
+        rest = by_word[0][len(by_word[0]) - q1 :]
+        body = self.grid_ids(grid)
+        at = _find(rest, body)
+        if at < 0 or len(self.f0) + len(steps[0]) > p1:
+            raise ValueError("the compact prompt's grid is not encoded cell by cell")
+        self.f2, self.f3 = rest[:at], rest[at + len(body) :]
+        self.steps, self.words = steps, words
+
+    def grid_ids(self, grid: np.ndarray) -> list[int]:
+        """Host: the grid's ids from the cell and newline tables."""
+        rows = [[t for c in row for t in self.cells[c]] for row in np.asarray(grid).tolist()]
+        out = rows[0]
+        for row in rows[1:]:
+            out = out + self.newline + row
+        return out
+
+    def ids(self, step: int, last_action: int, grid: np.ndarray) -> list[int]:
+        """Host: the renderer's ids, for checking against the encoder."""
+        return (
+            self.f0
+            + self.steps[step - 1]
+            + self.f1
+            + self.words[last_action + 1]
+            + self.f2
+            + self.grid_ids(grid)
+            + self.f3
+        )
+
+    def longest(self, dim: int, num_boxes: int) -> int:
+        """The most ids a prompt of a ``dim`` × ``dim`` grid with ``num_boxes`` boxes can take:
+        walls or floor everywhere, except a target and a box per box and the player."""
+        size = [len(c) for c in self.cells]
+        base = max(size[WALL], size[FLOOR])
+        extra = 2 * num_boxes * max(0, size[TARGET] - base, size[BOX] - base)
+        extra += num_boxes * max(0, size[BOX_ON_TARGET] - base)
+        extra += max(0, size[PLAYER] - base, size[PLAYER_ON_TARGET] - base)
+        cells = dim * dim * base + extra + (dim - 1) * len(self.newline)
+        fixed = len(self.f0) + len(self.f1) + len(self.f2) + len(self.f3)
+        return fixed + max(map(len, self.steps)) + max(map(len, self.words)) + cells
+
+
+def check_grids(dim: int, rooms: np.ndarray) -> list[np.ndarray]:
+    """Grids for the renderer's check: the given rooms and one holding every cell kind."""
+    every = np.ones((dim, dim), np.int8)
+    every[0, :] = every[-1, :] = every[:, 0] = every[:, -1] = 0
+    inner = [TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET]
+    for k, code in enumerate(inner):
+        r, c = 1 + k // max(1, dim - 2), 1 + k % max(1, dim - 2)
+        if r < dim - 1:
+            every[r, c] = code
+    return [*rooms, every]
+
+
+def verify(tables: PromptTables, encoder: PromptEncoder, max_turns: int, grids) -> None:
+    """The renderer equals the host encoding on every step, every word and every grid given."""
+    cases = [(s, -1, grids[0]) for s in range(1, max_turns + 1)]
+    cases += [(max_turns, a, grids[0]) for a in range(-1, len(WORDS) - 1)]
+    cases += [(1, -1, g) for g in grids] + [(2 if max_turns > 1 else 1, 1, g) for g in grids]
+    for step, last, grid in cases:
+        if tables.ids(step, last, grid) != encoder.prompt(compact_content(step, last, grid)):
+            raise ConfigError(
+                "env.device_rollout: the tokenizer does not encode the compact Sokoban prompt "
+                f"cell by cell (step {step}, last action {WORDS[last + 1]}); use the tiny-sokoban "
+                "tokenizer or the host rollout"
+            )
+
+
+def render_fn(tables: PromptTables, width: int):
+    """The device renderer ``(grid, step, last_action) → (ids [width], length)``."""
+    const = {k: jnp.asarray(getattr(tables, k), jnp.int32) for k in ("f0", "f1", "f2", "f3")}
+    steps, step_len = (jnp.asarray(a) for a in pad_rows(tables.steps))
+    words, word_len = (jnp.asarray(a) for a in pad_rows(tables.words))
+    cells, cell_len = (jnp.asarray(a) for a in pad_rows(tables.cells))
+    newline = jnp.asarray(tables.newline, jnp.int32)
+
+    def table_row(table, lengths, i):
+        return table[i], jnp.arange(table.shape[1]) < lengths[i]
+
+    def fixed(name):
+        return const[name], jnp.ones(const[name].shape, bool)
+
+    def render(grid: Array, step: Array, last_action: Array) -> tuple[Array, Array]:
+        dim = grid.shape[0]
+        codes = grid.astype(jnp.int32)
+        cell_ids = cells[codes].reshape(dim, -1)
+        cell_ok = (jnp.arange(cells.shape[1]) < cell_len[codes][..., None]).reshape(dim, -1)
+        nl_ok = jnp.broadcast_to(jnp.arange(dim)[:, None] < dim - 1, (dim, newline.shape[0]))
+        grid_ids = jnp.concatenate([cell_ids, jnp.broadcast_to(newline, nl_ok.shape)], 1)
+        grid_ok = jnp.concatenate([cell_ok, nl_ok], 1)
+        pieces = [
+            fixed("f0"),
+            table_row(steps, step_len, step - 1),
+            fixed("f1"),
+            table_row(words, word_len, last_action + 1),
+            fixed("f2"),
+            (grid_ids.reshape(-1), grid_ok.reshape(-1)),
+            fixed("f3"),
+        ]
+        return pack_segments(pieces, width)
+
+    return render
+
+
+def project_bytes(text: Array, length: Array) -> tuple[Array, Array]:
+    """:func:`envs.sokoban.prompts.project_sokoban` on a reply's bytes: (action, valid)."""
+    lowered = ascii_lower(text)
+    start, end = find_first(lowered, length, b"<action>"), find_first(lowered, length, b"</action>")
+    inner_start = start + len(b"<action>")
+    hit, action = jnp.bool_(False), jnp.int32(0)
+    for word, code in reversed(SOKOBAN_KEYWORDS):  # the first keyword in test order wins
+        at = find_first(lowered, end, word.encode(), inner_start)
+        found = at >= 0
+        hit, action = hit | found, jnp.where(found, code, action)
+    tagged = (start >= 0) & (end >= 0)
+    think = (find_first(text, length, b"<think>") >= 0) & (
+        find_first(text, length, b"</think>") >= 0
+    )
+    action = jnp.where(tagged & hit, action, 0)
+    return action.astype(jnp.int32), tagged & hit & think
+
+
+def make_device_env(env: Any, encoder: PromptEncoder) -> DeviceEnv:
+    """Sokoban with the compact prompt on device; another ``env.prompt`` is a one-line error."""
+    from envs.sokoban.batch import SokobanBatch
+    from envs.sokoban.render import render_text
+    from envs.sokoban.spec import make_batch
+
+    if env.prompt != "compact":
+        raise ConfigError(
+            f"env.device_rollout: Sokoban renders only env.prompt 'compact' on device, got "
+            f"{env.prompt!r}"
+        )
+    batch: SokobanBatch = make_batch(env, 4, "train")  # type: ignore[assignment]
+    params: EnvParams = batch.params
+    batch.reset([0, 1, 2, 3])
+    rooms = batch.grids()
+    tables = PromptTables(encoder, env.max_turns, rooms[0])
+    verify(tables, encoder, env.max_turns, check_grids(params.dim_room, rooms))
+    longest = tables.longest(params.dim_room, params.num_boxes)
+    if longest > encoder.max_prompt_tokens:
+        raise ConfigError(
+            f"sampler.max_prefill_length: the compact Sokoban prompt can take {longest} tokens, "
+            f"over max_prefill_length {encoder.max_prompt_tokens}"
+        )
+    return DeviceEnv(
+        reset=_reset_fn(params),
+        step=_step_fn(params),
+        observe=lambda state: SokobanEnv().get_obs(state),
+        prompt=render_fn(tables, encoder.max_prompt_tokens),
+        project=project_bytes,
+        anchor_text=render_text,
+        prompt_text=lambda grid, step, last: compact_content(step, last, grid),
+        prompt_width=encoder.max_prompt_tokens,
+    )
+
+
+def _reset_fn(params: EnvParams):
+    env = SokobanEnv()
+
+    def reset(seed: Array):
+        """The room of ``key(seed)`` (as :class:`~envs.sokoban.batch.SokobanBatch.reset`)."""
+        return env.reset_env(jax.random.key(seed), params)[1]
+
+    return reset
+
+
+def _step_fn(params: EnvParams):
+    env = SokobanEnv()
+
+    def step(state, action: Array):
+        """One step without auto-reset (as :class:`~envs.sokoban.batch.SokobanBatch.step`)."""
+        _, state, reward, _, info = env.step_env(jax.random.key(0), state, action, params)
+        return state, reward, info["done"], info["won"], info["action_is_effective"]
+
+    return step

@@ -1,0 +1,205 @@
+"""The on-device Sokoban rollout (arlarena_jax/rollout/device.py, envs/sokoban/device.py).
+
+Reference: the host rollout (``rollout.loop.collect`` with the ``SamplerPolicy``), the host
+prompt encoding (``chat_prompt_ids`` of the compact prompt) and the host projection
+(``project_sokoban`` on the decoded, stop-cut reply). The device path must reproduce them
+exactly; behaviour log-probs within 1e-5 (float32 logits of differently shaped programs).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.rollout.loop import collect
+from arlarena_jax.rollout.memory import SimpleMemory
+from arlarena_jax.rollout.policy import chat_prompt_ids
+from arlarena_jax.tokenization.token_bytes import token_byte_table
+from arlarena_jax.train import build
+from arlarena_jax.train.config_io import load_config
+from envs.base import Observation
+from envs.sokoban.device import WORDS, compact_content, project_bytes
+from envs.sokoban.prompts import project_sokoban, sokoban_compact_prompt
+from envs.sokoban.render import render_text
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs/sokoban/sampo_tiny.yaml"
+SMALL = ["env.max_turns=6", "env.train_batch_size=2", "env.group_size=2"]
+LOG_PROB_TOL = 1e-5  # float32 log-softmax of the same logits computed by two programs
+
+
+@pytest.fixture(scope="module")
+def parts():
+    """The tiny config's tokenizer, a random tiny policy and its on-device rollout."""
+    config = load_config(CONFIG, SMALL)
+    tokenizer = build.build_tokenizer(config)
+    model = build.build_model(config, tokenizer, None, seed=0)
+    _, policy = build.build_policy(config, model, tokenizer, None)
+    return config, tokenizer, policy, build.build_device_rollout(config, policy)
+
+
+def test_tiny_tokenizer_encodes_each_grid_cell_alone(parts):
+    _, tokenizer, _, _ = parts
+    row = "#__X√PO#"
+    ids = tokenizer(row, add_special_tokens=False)["input_ids"]
+    alone = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in row]
+    assert ids == [t for piece in alone for t in piece]
+
+
+def test_compact_content_is_the_host_prompt():
+    """compact_content(step, last, grid) is sokoban_compact_prompt after step-1 moves."""
+    grid = np.array([[0, 0, 0, 0], [0, 5, 4, 0], [0, 1, 2, 0], [0, 0, 0, 0]], np.int8)
+    memory = SimpleMemory(1)
+    assert compact_content(1, -1, grid) == sokoban_compact_prompt(
+        Observation(render_text(grid)), "", None
+    )
+    for move, name in enumerate(WORDS[1:]):
+        memory.store([render_text(grid)], [name])
+        window = memory.window(0, 2)
+        host = sokoban_compact_prompt(Observation(render_text(grid)), "", window)
+        assert host == compact_content(move + 2, move, grid)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_rendered_prompt_ids_equal_the_host_encoding(parts, data):
+    """Any grid of cell codes, any step and last action: the device renderer's ids are the
+    host's chat-templated encoding of the same prompt. Its length is always the host's; a grid
+    of many multi-token cells can outgrow the prompt width, which the rollout refuses, so ids
+    are compared where the host prompt fits."""
+    config, tokenizer, _, rollout = parts
+    dim = config.env.sokoban.dim_room
+    grid = np.array(
+        data.draw(st.lists(st.integers(0, 6), min_size=dim * dim, max_size=dim * dim)), np.int8
+    ).reshape(dim, dim)
+    step = data.draw(st.integers(1, config.env.max_turns))
+    last = data.draw(st.integers(-1, 4))
+    ids, length = jax.jit(rollout.env.prompt)(jnp.asarray(grid), jnp.int32(step), jnp.int32(last))
+    host = chat_prompt_ids(tokenizer, compact_content(step, last, grid))
+    assert int(length) == len(host)
+    if len(host) <= rollout.env.prompt_width:
+        assert np.asarray(ids)[: int(length)].tolist() == host
+
+
+def _interesting_ids(tokenizer) -> list[int]:
+    pieces = ["<think>", "</think>", "<action>", "</action>", "up", "Down", "LEFT", "right"]
+    pieces += ["still", "<", "action", ">", "</", "Up", " ", "\n", "√", "ß", "İ"]
+    ids = {t for p in pieces for t in tokenizer(p, add_special_tokens=False)["input_ids"]}
+    ids |= set(tokenizer.all_special_ids)
+    return sorted(ids)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_byte_projection_equals_the_host_projection(parts, data):
+    """Random replies (mostly the tags, keywords and special tokens, some any token): the
+    projection of the reply's bytes cut after the first ``</action>`` equals the host's
+    ``project_sokoban`` of the decoded, cut text."""
+    _, tokenizer, _, _ = parts
+    table, lengths = token_byte_table(tokenizer, len(tokenizer))
+    pick = st.one_of(
+        st.sampled_from(_interesting_ids(tokenizer)), st.integers(0, len(tokenizer) - 1)
+    )
+    ids = data.draw(st.lists(pick, min_size=0, max_size=16))
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    cut = text.find("</action>")
+    host = project_sokoban(text if cut < 0 else text[: cut + len("</action>")])
+    raw = b"".join(table[i, : lengths[i]].tobytes() for i in ids)
+    end = raw.find(b"</action>")
+    n = len(raw) if end < 0 else end + len(b"</action>")
+    buffer = np.zeros(16 * table.shape[1] + 1, np.uint8)
+    buffer[: len(raw)] = np.frombuffer(raw, np.uint8)
+    action, valid = jax.jit(project_bytes)(jnp.asarray(buffer), jnp.int32(n))
+    assert (int(action), bool(valid)) == (host.action, host.action_valid)
+
+
+def _same_rollouts(a, b) -> None:
+    fields = ("prompt_ids", "response_ids", "prompt", "response", "anchor", "action", "reward")
+    fields += ("action_valid", "format_valid", "turn", "trajectory", "group", "info")
+    fields += ("episode_return", "episode_length")
+    assert len(a.rows) == len(b.rows)
+    for x, y in zip(a.rows, b.rows, strict=True):
+        for f in fields:
+            assert getattr(x, f) == getattr(y, f), (f, x.trajectory, x.turn)
+        np.testing.assert_allclose(x.log_probs, y.log_probs, atol=LOG_PROB_TOL)
+    assert a.trajectories == b.trajectories
+
+
+def test_device_rollout_plays_the_host_rollout(parts):
+    """Same parameters, seeds and policy seed stream: the same rows and trajectories, and the
+    policy's call counter advanced alike (training and evaluation sampling)."""
+    config, _, policy, rollout = parts
+    envs = build.make_envs(config, 4)
+    fmt = build.task_format(config)
+    kwargs = dict(group_seeds=[11, 12], group_size=2, max_turns=6, history_length=2)
+    for training in (True, False):
+        policy.calls = 3
+        host = collect(envs, fmt, policy, training=training, **kwargs)
+        host_calls, policy.calls = policy.calls, 3
+        device = rollout.collect(envs, fmt, policy, training=training, **kwargs)
+        assert policy.calls == host_calls
+        _same_rollouts(host, device)
+    settings_used = {policy.train_sampling, policy.eval_sampling}
+    assert rollout.traces == len(settings_used)  # one compilation per sampling setting
+
+
+def test_device_rollout_refuses_what_it_cannot_play(parts):
+    _, _, policy, _ = parts
+    paper = load_config(CONFIG, [*SMALL, "env.prompt=paper"])
+    with pytest.raises(ConfigError, match=r"only env.prompt 'compact'"):
+        build.build_device_rollout(paper, policy)
+    with pytest.raises(ConfigError, match=r"env.device_rollout.*native reward"):
+        load_config(CONFIG, ["env.device_rollout=true", "env.reward=single"])
+    alfworld = ROOT / "configs/alfworld/sampo_tiny.yaml"
+    with pytest.raises(ConfigError, match="has no on-device rollout"):
+        load_config(alfworld, ["env.device_rollout=true"])
+
+
+SHARDED = """
+import json, sys
+import numpy as np
+from arlarena_jax.train import build
+from arlarena_jax.train.config_io import load_config
+config = load_config(sys.argv[1], sys.argv[2:])
+tokenizer = build.build_tokenizer(config)
+mesh = build.build_mesh(config)
+model = build.build_model(config, tokenizer, mesh, seed=0)
+_, policy = build.build_policy(config, model, tokenizer, mesh)
+rollout = build.build_device_rollout(config, policy)
+envs = build.make_envs(config, 8)
+out = rollout.collect(envs, build.task_format(config), policy, group_seeds=[5, 6, 7, 8],
+                      group_size=2, max_turns=6, history_length=2)
+print(json.dumps([[r.response_ids, r.action, r.reward] for r in out.rows]))
+"""
+
+
+def test_device_rollout_runs_sharded_on_eight_devices(tmp_path):
+    """On a simulated 8-device mesh (fsdp 4 × tensor 2) the program plays the same episodes as
+    on one device (the same tokens, actions and rewards; sharded matmuls may round differently,
+    which has not flipped a sample here)."""
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    args = [sys.executable, str(script), str(CONFIG), *SMALL, "env.device_rollout=true"]
+    outs = []
+    for mesh in (["mesh.fsdp=4", "mesh.tensor=2"], []):
+        done = subprocess.run(
+            [*args, *mesh], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        outs.append(done.stdout.strip().splitlines()[-1])
+    assert outs[0] == outs[1]
