@@ -277,3 +277,39 @@ def test_bucket_lengths_step_by_quarter_octaves():
     assert {n: bucket_length(n) for n in expected} == expected
     assert all(bucket_length(n) >= n for n in range(1, 3000))
     assert all(bucket_length(n) <= 1.25 * n for n in range(64, 3000))  # step <= n / 4 from 64
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_old_log_probs_recomputed_or_taken_from_the_sampler(split_model, reuse):
+    """trainer.use_rollout_log_probs: lp_old is the sampler's log-probs and no pass runs (the
+    objective needs no old entropy); otherwise lp_old is recomputed and the disagreement with
+    the sampler's is reported (here the 'sampler' log-probs are the recomputed ones + 0.25 on
+    every real response token, so the mean and max absolute difference are 0.25)."""
+    from types import SimpleNamespace
+
+    from arlarena_jax.train.rl import _with_log_probs
+
+    graphdef, params = split_model
+    sequences, batch = make_rows(np.random.default_rng(3), 4)
+    log_probs = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=2)
+    recomputed, _ = log_probs(params, sequences)
+    mask = batch.response_mask
+    batch = batch._replace(rollout_log_probs=(recomputed + 0.25) * mask)
+    calls = []
+
+    def counted(p, s):
+        calls.append(1)
+        return log_probs(p, s)
+
+    setup = SimpleNamespace(
+        objective=SimpleNamespace(requirements=frozenset()), use_rollout_log_probs=reuse
+    )
+    out, metrics = _with_log_probs(setup, counted, params, None, sequences, batch, lambda t: t)
+    expected = (recomputed + 0.25) * mask if reuse else recomputed * mask
+    np.testing.assert_allclose(out.old_log_probs, expected, atol=1e-6)
+    assert len(calls) == (0 if reuse else 1)
+    if reuse:
+        assert metrics == {}
+    else:
+        assert metrics["actor/rollout_lp_abs_diff/mean"] == pytest.approx(0.25, abs=1e-5)
+        assert metrics["actor/rollout_lp_abs_diff/max"] == pytest.approx(0.25, abs=1e-5)

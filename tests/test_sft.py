@@ -283,3 +283,18 @@ def test_optimizer_clips_before_adamw():
     mu = state[1].inner_state[0].mu["w"]  # first moment = (1 − β₁) · clipped gradient
     np.testing.assert_allclose(np.asarray(mu), 0.1 * np.array([0.6, 0.8]), rtol=1e-6)
     assert float(optax.tree.norm({"w": jnp.array([30.0, 40.0])})) == pytest.approx(50.0)
+
+
+def test_bfloat16_parameters_keep_float32_moments():
+    """bfloat16 weights, the RL β₂ = 0.999 (1.0 in bfloat16): the moments stay float32, so the
+    first update is AdamW's ±lr·(1 + wd·w)-sized step computed in float32, not 0/0."""
+    opt = make_optimizer(OptimConfig(lr=1e-2, betas=(0.9, 0.999), weight_decay=0.0), 4)
+    params = {"w": jnp.ones(3, jnp.bfloat16)}
+    grads = {"w": jnp.array([0.5, -0.25, 0.0], jnp.bfloat16)}
+    state = opt.init(params)
+    assert state[1].inner_state[0].nu["w"].dtype == jnp.float32
+    updates, _ = opt.update(grads, state, params)
+    assert updates["w"].dtype == jnp.bfloat16
+    # first Adam step: m̂/(√v̂ + ε) = sign(g) (0 where g = 0), times −lr
+    expected = -1e-2 * np.sign([0.5, -0.25, 0.0])
+    np.testing.assert_allclose(np.asarray(updates["w"], np.float32), expected, rtol=1e-2)

@@ -173,6 +173,9 @@ class TrainerConfig:
     save_every: int = 10  # 0 = only at the end
     keep_checkpoints: int = 3
     export_hf: bool = False  # write a Hugging Face directory at the end
+    # lp_old = the sampler's behaviour log-probs instead of a trainer pass (Tunix's
+    # use_rollout_logps). Off by default: the recomputed ones differ (actor/rollout_lp_abs_diff).
+    use_rollout_log_probs: bool = False
 
 
 CRITIC_OPTIM = OptimConfig(lr=1e-5, warmup_ratio=0.0, schedule="constant")

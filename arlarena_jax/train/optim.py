@@ -119,7 +119,32 @@ def make_optimizer(settings: OptimConfig, total_steps: int) -> optax.GradientTra
     adamw = optax.inject_hyperparams(optax.adamw)(
         learning_rate=lr, b1=b1, b2=b2, eps=settings.eps, weight_decay=settings.weight_decay
     )
-    return optax.chain(clip_stage, adamw)
+    return optax.chain(clip_stage, in_float32(adamw))
+
+
+def _to_float32(tree):
+    """Floating leaves as float32 (others unchanged)."""
+    return jax.tree.map(
+        lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+    )
+
+
+def in_float32(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``inner`` run in float32: its state (AdamW's moments) is built from float32 copies of the
+    parameters, it sees float32 gradients and parameters, and its updates are cast back to the
+    gradients' dtypes. For float32 parameters this is ``inner`` itself. For bfloat16 ones it is
+    what keeps the second moment alive: in bfloat16, β₂ = 0.999 rounds to 1, so the bias
+    correction 1 − β₂ᵗ is 0 and the first update is 0/0 in every weight."""
+
+    def init(params):
+        return inner.init(_to_float32(params))
+
+    def update(updates, state, params=None):
+        params32 = None if params is None else _to_float32(params)
+        new, state = inner.update(_to_float32(updates), state, params32)
+        return jax.tree.map(lambda n, u: n.astype(u.dtype), new, updates), state
+
+    return optax.GradientTransformation(init, update)
 
 
 def current_learning_rate(opt_state: optax.OptState) -> jax.Array:

@@ -52,6 +52,7 @@ class UpdateSetup:
     mesh: Mesh | None = None  # the functions are jitted over it: rows go through put_rows
     critic: CriticSetup | None = None  # built when the objective declares Input.VALUES
     critic_lr: Callable[[Any], float] | None = None  # the critic's learning rate from its state
+    use_rollout_log_probs: bool = False  # lp_old = the sampler's log-probs (no recomputation)
 
 
 def cached(factory: Callable[[int], Any]) -> Callable[[int], Any]:
@@ -168,21 +169,34 @@ def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
 
 def _with_log_probs(
     setup: UpdateSetup, log_probs: Callable, params, ref_params, on_device, batch, host
-) -> TurnBatch:
-    """``batch`` with lp_old recomputed by ``params``, and what the objective declares: the old
-    entropies (``Input.OLD_ENTROPY``) and lp_ref from ``ref_params`` (``Input.REF_LOG_PROBS``)."""
+) -> tuple[TurnBatch, dict[str, float]]:
+    """``batch`` with lp_old and what the objective declares: the old entropies
+    (``Input.OLD_ENTROPY``) and lp_ref from ``ref_params`` (``Input.REF_LOG_PROBS``); and the
+    sampler/trainer disagreement when lp_old is recomputed.
+
+    lp_old is recomputed by ``params`` unless ``setup.use_rollout_log_probs``: then it is the
+    sampler's behaviour log-probs, and the pass is skipped when nothing else needs it."""
     needs = setup.objective.requirements
     mask = batch.response_mask
-    old_lp, old_entropy = jax.block_until_ready(host(log_probs(params, on_device)))
-    batch = batch._replace(old_log_probs=old_lp * mask)
-    if Input.OLD_ENTROPY in needs:
-        batch = batch._replace(old_entropy=old_entropy * mask)
+    sampler_lp = batch.rollout_log_probs
+    metrics: dict[str, float] = {}
+    reuse = setup.use_rollout_log_probs and sampler_lp is not None
+    if reuse:
+        batch = batch._replace(old_log_probs=sampler_lp * mask)
+    if not reuse or Input.OLD_ENTROPY in needs:
+        old_lp, old_entropy = jax.block_until_ready(host(log_probs(params, on_device)))
+        if not reuse:
+            batch = batch._replace(old_log_probs=old_lp * mask)
+            if sampler_lp is not None:
+                metrics = _token_stats("actor/rollout_lp_abs_diff", abs(old_lp - sampler_lp), mask)
+        if Input.OLD_ENTROPY in needs:
+            batch = batch._replace(old_entropy=old_entropy * mask)
     if Input.REF_LOG_PROBS in needs:
         if ref_params is None:
             raise ValueError("the objective needs reference log-probs: pass ref_params")
         ref_lp, _ = jax.block_until_ready(host(log_probs(ref_params, on_device)))
         batch = batch._replace(ref_log_probs=ref_lp * mask)
-    return batch
+    return batch, metrics
 
 
 def _actor_metrics(
@@ -258,12 +272,12 @@ def update_policy(
         sequences = jax.tree.map(np.asarray, sequences)
     on_device = sequences if place is None else place(sequences)
     with timer("update/log_probs"):
-        batch = _with_log_probs(
+        batch, lp_metrics = _with_log_probs(
             setup, setup.log_probs(width), params, ref_params, on_device, batch, host
         )
         batch = _with_values(setup, width, critic, params, on_device, batch, host)
     batch, objective_state, prepare_metrics = setup.prepare(batch, objective_state)
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = dict(lp_metrics)
     if batch.values is not None and critic is not None:
         with timer("update/critic"):
             critic, history = update_critic(

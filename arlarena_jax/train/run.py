@@ -725,6 +725,7 @@ def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) 
         pad_id=int(tokenizer.pad_token_id or 0),
         ppo_epochs=t.ppo_epochs,
         mesh=mesh,
+        use_rollout_log_probs=t.use_rollout_log_probs,
     )
 
 
