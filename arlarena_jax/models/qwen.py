@@ -19,6 +19,7 @@ i attends to every index j ≤ i.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -263,6 +264,23 @@ def _call_layer(layer: DecoderLayer, x, cos, sin, allowed, kv):
     return layer(x, cos, sin, allowed, kv)
 
 
+def _remat_layer(policy: Callable) -> Callable:
+    """``_call_layer`` without a cache under ``jax.checkpoint(policy)``, over the layer's split
+    state. (``nnx.remat`` updates the layer's Variables inside its own trace, which fails with a
+    TraceContextError when the model was merged from closed-over parameters inside a
+    ``lax.cond`` / ``lax.map`` / ``eval_shape``, as the trainer's log-prob pass does.)"""
+
+    def run(layer: DecoderLayer, x, cos, sin, allowed, kv):
+        graphdef, state = nnx.split(layer)
+
+        def pure(state, x, cos, sin, allowed):
+            return nnx.merge(graphdef, state)(x, cos, sin, allowed, None)
+
+        return jax.checkpoint(pure, policy=policy)(state, x, cos, sin, allowed)
+
+    return run
+
+
 class QwenForCausalLM(nnx.Module):
     """A dense Qwen2/Qwen3 causal LM: ``model(input_ids, attention_mask) -> logits`` (float32).
 
@@ -345,7 +363,7 @@ class QwenForCausalLM(nnx.Module):
         x = self.model.embed_tokens(tokens)
         run = _call_layer
         if self.remat is not None and cache is None:
-            run = nnx.remat(_call_layer, policy=getattr(jax.checkpoint_policies, self.remat))
+            run = _remat_layer(getattr(jax.checkpoint_policies, self.remat))
         layer_kvs = (None,) * len(self.model.layers) if cache is None else cache.layers(write_at)
         new_kvs = []
         for layer, kv in zip(self.model.layers, layer_kvs, strict=True):
