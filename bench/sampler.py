@@ -9,22 +9,29 @@ transformers does the whole batch); transformers' ``generate`` likewise includes
 Compilation is excluded: every function is warmed up once before timing (the warm-up run is also
 the one whose token ids are checked against transformers).
 
-Also reported: our decode-only step time (``engine.generate`` on a filled decode state, divided by
-``steps_per_call``) and its memory-bandwidth floor: the bytes one decode step must read (every
-parameter once, plus the whole preallocated KV cache, which our attention reads at every step)
-divided by this machine's copy bandwidth (measured here: a 256 MiB array copied by NumPy, one
-thread, and by PyTorch, all threads; bytes read + written over the fastest time, the better of
-the two). Where the model fits in the last-level cache (``tiny``) a step can beat this floor. At
-large batches a CPU decode step is compute-bound instead, so the compute floor is printed too:
-the step's FLOPs (2 · parameters · batch for the matmuls, 4 · layers · heads · head_dim ·
-cache_length · batch for attention over the whole cache) over the measured float32 matmul rate
-(a 2048² ``jnp.dot``).
+Also reported: our decode-only step time (every slot filled with one prompt, then the
+``new_tokens / steps_per_call`` ``engine.generate`` calls that decode its new tokens, each with
+the driver's decode window, divided by the steps) against its floors. Memory floor: the bytes a
+step must read (every parameter once, plus the KV cache of the live tokens: prompt +
+new_tokens / 2 on average over the timed steps) over this machine's copy bandwidth (measured
+here: a 256 MiB array copied by NumPy, one thread, and by PyTorch, all threads; bytes read +
+written over the fastest time, the better of the two). Compute floor: the step's FLOPs (2 ·
+parameters · batch for the matmuls, 4 · layers · heads · head_dim · live tokens · batch for
+attention) over the measured float32 matmul rate (a 2048² ``jnp.dot``). A step can beat neither,
+so its floor is the larger of the two (the roofline), and ``step / floor`` is against that; at
+batch 1 the memory floor binds, at large batches on CPU the compute floor. Where the model and
+cache fit in the last-level cache (``tiny``) a step can beat the memory floor.
 
-    python bench/sampler.py [--presets tiny small] [--batches 1 8 32 64] [--prompt-len 64]
-                            [--new-tokens 64] [--repeats 3] [--steps-per-call 8]
+``--max-prefill-length`` (default: the prompt length) gives the engine a longer preallocated
+cache than the run needs, as a trainer's config does (its longest prompt); the decode window
+then keeps each step's attention to the live part of it.
 
-The defaults take about 2 minutes on an idle 2-core machine (longer when it is shared: PyTorch's
-two threads slow down sharply under contention, so compare numbers from quiet runs only).
+    python bench/sampler.py [--presets tiny small] [--batches 1 32 64 128] [--prompt-len 64]
+                            [--new-tokens 64] [--max-prefill-length P] [--repeats 3]
+                            [--steps-per-call 8]
+
+The defaults took 7 minutes on a loaded 2-core machine (less when it is idle; PyTorch's two
+threads slow down sharply under contention, so compare numbers from quiet runs only).
 """
 
 from __future__ import annotations
@@ -61,6 +68,12 @@ class Row:
     step_ms: float  # our decode-only step
     floor_ms: float  # memory-bandwidth floor of one decode step
     compute_ms: float  # compute floor of one decode step
+    cache_length: int  # the engine's preallocated cache per slot
+
+    @property
+    def roofline_ms(self) -> float:
+        """The step's floor: the larger of the memory and compute floors."""
+        return max(self.floor_ms, self.compute_ms)
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 7) -> tuple[float, float]:
@@ -136,25 +149,28 @@ def check_greedy(theirs, prompts, ours, ref, tie_tol: float) -> str:
 
 
 def decode_step_seconds(engine: Engine, prompt: np.ndarray, repeats: int) -> float:
-    """Our decode-only step: every slot filled with ``prompt``, ``engine.generate`` called back to
-    back for ``max_new_tokens`` steps, time per step. A step's cost does not depend on the
-    data (dense attention over the whole cache, masked), so slots that reach their budget during
-    the repeats cost the same as active ones."""
+    """Our decode-only step: every slot filled with ``prompt`` (not timed), then the
+    ``max_new_tokens / steps_per_call`` ``engine.generate`` calls that decode its new tokens, each
+    with the decode window the driver would use; median over ``repeats`` fills, time per step."""
     params = engine.load_params()
     slots, k = engine.max_concurrent_decodes, engine.config.steps_per_call
-    state = engine.init_decode_state()
-    prefix = engine.prefill(params, prompt, len(prompt))
+    padded = np.zeros(engine.bucket_for(len(prompt)), np.int32)
+    padded[: len(prompt)] = prompt
+    prefix = engine.prefill(params, padded, len(prompt))
     keys = jax.random.split(jax.random.key(0), slots)
-    state = engine.insert_group(prefix, state, list(range(slots)), keys)
     calls = max(1, engine.config.max_new_tokens // k)
-
-    def decode():
-        nonlocal state
-        for _ in range(calls):
-            state, result = engine.generate(params, state)
+    state = engine.init_decode_state()
+    times = []
+    for _ in range(repeats + 1):  # the first one compiles
+        state = engine.insert_group(prefix, state, list(range(slots)), keys)
+        jax.block_until_ready(state)
+        start = time.perf_counter()
+        for call in range(calls):
+            window = engine.decode_window(len(prompt) + call * k)
+            state, result = engine.generate(params, state, window=window)
         jax.block_until_ready((state, result))
-
-    return median_seconds(decode, repeats) / (calls * k)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:])) / (calls * k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +181,7 @@ class Settings:
     new_tokens: int
     repeats: int
     steps_per_call: int
+    max_prefill_length: int
     bandwidth: float  # bytes/s
     flops: float  # FLOP/s
     tie_tol: float
@@ -175,8 +192,8 @@ class Floors:
     """One decode step's bytes to read and its memory-bandwidth and compute floors (seconds)."""
 
     param_bytes: int
-    kv_bytes: int
-    cache_length: int
+    kv_bytes: int  # KV cache bytes of the live tokens
+    live_tokens: float  # mean cache length per slot over the timed steps
     memory: float
     compute: float
 
@@ -202,7 +219,7 @@ def make_engine(model: QwenForCausalLM, batch: int, settings: Settings) -> Engin
     """A greedy engine with ``batch`` slots, no stop tokens."""
     config = EngineConfig(
         max_concurrent_decodes=batch,
-        max_prefill_length=settings.prompt_len,
+        max_prefill_length=settings.max_prefill_length,
         max_new_tokens=settings.new_tokens,
         steps_per_call=settings.steps_per_call,
         stop_token_ids=(),
@@ -211,26 +228,28 @@ def make_engine(model: QwenForCausalLM, batch: int, settings: Settings) -> Engin
 
 
 def step_floors(model: QwenForCausalLM, engine: Engine, settings: Settings) -> Floors:
-    """Memory floor = (weights + KV cache bytes) / bandwidth; compute floor = slots · (2 ·
-    parameters + 4 · layers · heads · head_dim · cache length) / FLOP/s."""
+    """Memory floor = (weights + live KV cache bytes) / bandwidth; compute floor = slots · (2 ·
+    parameters + 4 · layers · heads · head_dim · live tokens) / FLOP/s, with live tokens = prompt
+    + new_tokens / 2 (the mean cache length per slot over the timed steps)."""
     config = model.config
     param_bytes, params = param_stats(model)
-    batch, cache_length = engine.max_concurrent_decodes, engine.config.cache_length
-    kv_bytes = (
+    batch = engine.max_concurrent_decodes
+    live = settings.prompt_len + settings.new_tokens / 2
+    kv_bytes = int(
         2
         * config.num_hidden_layers
         * batch
-        * cache_length
+        * live
         * config.num_key_value_heads
         * config.head_dim
         * jnp.dtype(engine.config.cache_dtype).itemsize
     )
     attention_flops = (
         4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
-    ) * cache_length
+    ) * live
     compute = batch * (2 * params + attention_flops) / settings.flops
     memory = (param_bytes + kv_bytes) / settings.bandwidth
-    return Floors(param_bytes, kv_bytes, cache_length, memory, compute)
+    return Floors(param_bytes, kv_bytes, live, memory, compute)
 
 
 def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row:
@@ -265,9 +284,10 @@ def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row
 
     t_ours = median_seconds(ours, settings.repeats, warmup=0)
     t_theirs = median_seconds(transformers_generate, settings.repeats, warmup=0)
+    compiled = engine.traces["generate"]
     step = decode_step_seconds(engine, prompts[0], settings.repeats)
     floors = step_floors(model, engine, settings)
-    assert engine.traces["generate"] == 1, engine.traces  # no recompilation while timing
+    assert engine.traces["generate"] == compiled, engine.traces  # no recompilation while timing
 
     tokens = batch * new_tokens
     row = Row(
@@ -280,37 +300,40 @@ def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row
         step * 1e3,
         floors.memory * 1e3,
         floors.compute * 1e3,
+        engine.config.cache_length,
     )
     print_row(row, step, floors)
     return row
 
 
 def print_row(row: Row, step: float, floors: Floors) -> None:
-    floor, batch = floors.memory, row.batch
+    batch = row.batch
     print(
         f"  batch {batch:>3}: transformers {row.theirs_tps:8.0f} tok/s | ours (driver) "
         f"{row.ours_tps:8.0f} tok/s | ratio {row.ours_tps / row.theirs_tps:.2f}x | greedy "
         f"agree {row.agree}\n"
-        f"             decode step {step * 1e3:7.2f} ms ({batch / step:8.0f} tok/s) | floor "
-        f"{floor * 1e3:6.2f} ms (weights {floors.param_bytes / 2**20:.1f} MiB + KV cache "
-        f"{floors.kv_bytes / 2**20:.1f} MiB of {floors.cache_length} tokens) | step/floor "
-        f"{step / floor:.1f}x | compute floor {floors.compute * 1e3:.2f} ms",
+        f"             decode step {step * 1e3:7.2f} ms ({batch / step:8.0f} tok/s, cache "
+        f"{row.cache_length} tokens/slot) | memory floor {floors.memory * 1e3:6.2f} ms (weights "
+        f"{floors.param_bytes / 2**20:.1f} MiB + KV cache {floors.kv_bytes / 2**20:.1f} MiB of "
+        f"{floors.live_tokens:.0f} live tokens) | compute floor {floors.compute * 1e3:.2f} ms | "
+        f"step/floor {row.step_ms / row.roofline_ms:.1f}x (step/memory floor "
+        f"{row.step_ms / row.floor_ms:.1f}x)",
         flush=True,
     )
 
 
 def markdown(rows: list[Row]) -> str:
     lines = [
-        "| preset | batch | greedy ids = HF | transformers | ours (driver) | ratio | decode step | "
-        "memory floor | step / floor | compute floor |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| preset | batch | cache | greedy ids = HF | transformers | ours (driver) | ratio | "
+        "decode step | memory floor | compute floor | step / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.preset} ({r.params_m:.1f} M) | {r.batch} | {r.agree.split()[0]} rows | "
-            f"{r.theirs_tps:,.0f} tok/s | "
+            f"| {r.preset} ({r.params_m:.1f} M) | {r.batch} | {r.cache_length} | "
+            f"{r.agree.split()[0]} rows | {r.theirs_tps:,.0f} tok/s | "
             f"{r.ours_tps:,.0f} tok/s | {r.ours_tps / r.theirs_tps:.2f}× | {r.step_ms:.2f} ms | "
-            f"{r.floor_ms:.2f} ms | {r.step_ms / r.floor_ms:.1f}× | {r.compute_ms:.2f} ms |"
+            f"{r.floor_ms:.2f} ms | {r.compute_ms:.2f} ms | {r.step_ms / r.roofline_ms:.1f}× |"
         )
     return "\n".join(lines)
 
@@ -318,9 +341,15 @@ def markdown(rows: list[Row]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 64])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 64, 128])
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--max-prefill-length",
+        type=int,
+        default=None,
+        help="the engine's longest prompt (default: --prompt-len); more gives a longer cache",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps-per-call", type=int, default=8)
     parser.add_argument(
@@ -330,6 +359,9 @@ def main() -> None:
         help="largest top-2 logit gap at which a greedy mismatch counts as a near-tie",
     )
     args = parser.parse_args()
+    max_prefill = args.prompt_len if args.max_prefill_length is None else args.max_prefill_length
+    if max_prefill < args.prompt_len:
+        parser.error(f"--max-prefill-length {max_prefill} is below --prompt-len {args.prompt_len}")
     transformers.utils.logging.disable_progress_bar()
     start = time.perf_counter()
     bw_numpy, bw_torch = copy_bandwidth()
@@ -346,7 +378,8 @@ def main() -> None:
         f"{flops / 1e9:.0f} GFLOP/s"
     )
     print(
-        f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, steps_per_call "
+        f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, cache "
+        f"{max_prefill + args.new_tokens} tokens per slot, greedy, steps_per_call "
         f"{args.steps_per_call}, median of {args.repeats} after a warm-up (compilation excluded)"
     )
     settings = Settings(
@@ -354,6 +387,7 @@ def main() -> None:
         args.new_tokens,
         args.repeats,
         args.steps_per_call,
+        max_prefill,
         bandwidth,
         flops,
         args.tie_tol,

@@ -17,6 +17,10 @@ Sample j of request i draws from ``split(fold_in(key(seed), i), n)[j]`` (or ``sp
 request.seed), n)[j]``), whatever the slot count or batching, so results do not depend on how
 requests were grouped (up to float rounding of differently shaped programs).
 
+Each ``generate`` call attends over a decode window (:meth:`~Engine.decode_window`): the cache's
+first W indices, W a power of two holding the longest running sample's prompt and tokens plus
+the call's steps, so short sequences in a long preallocated cache read only what they need.
+
 Stop strings are checked on the host after each ``generate`` call. The sample is cut after the
 first token whose text completes a stop string; the text is cut exactly at the end of the stop
 string (``include_stop_string=True``, the default, so the text is what the tokens say) or at its
@@ -271,12 +275,21 @@ class _Run:
         while self.waiting or self.lone or self.running:
             self.fill_free_slots()
             self.state, result = self.engine.generate(
-                self.params, self.state, sampling=self.sampling
+                self.params, self.state, sampling=self.sampling, window=self.window()
             )
             self.collect(result)
         if self.bar is not None:
             self.bar.close()
         return self.results  # type: ignore[return-value]
+
+    def window(self) -> int:
+        """The engine's decode window for the running samples (cache length of a slot: its
+        prompt plus the tokens it emitted; freed slots still decoding are not read)."""
+        longest = max(
+            (len(self.prompts[s.request]) + len(s.tokens) for s in self.running.values()),
+            default=0,
+        )
+        return self.engine.decode_window(longest)
 
     def fill_free_slots(self) -> None:
         """Insert waiting samples while slots are free: a lone request's remaining members first,

@@ -23,9 +23,9 @@ that is done emits nothing (``valid`` False) until something is inserted into it
 
 Every function is jitted once per static shape: prefill per prompt bucket, insert per bucket (and
 group size), prefill_batch per (batch, bucket), insert_batch per (batch, bucket, slot count rounded
-up to a power of two), generate once per sampling setting. Parameters are an argument, never a
-closure constant, so ``update_params`` with the same shapes, dtypes and shardings recompiles
-nothing.
+up to a power of two), generate once per (sampling setting, decode window). Parameters are an
+argument, never a closure constant, so ``update_params`` with the same shapes, dtypes and
+shardings recompiles nothing.
 """
 
 from __future__ import annotations
@@ -105,6 +105,10 @@ class EngineConfig:
     # runs). It bounds prefill activations (attention scores grow with batch × bucket²); on CPU,
     # 16-32 prompts of 128 tokens ran faster than 128 at once (cache-sized activations).
     prefill_batch_tokens: int = 4096
+    # Decode windows: generate(window=W) attends over cache indices 0 … W − 1 only. The driver
+    # picks W as the power of two >= the longest live sequence + steps_per_call, at least this
+    # (0: off, every step reads the whole cache); one compilation of generate per W used.
+    min_decode_window: int = 64
 
     @property
     def cache_length(self) -> int:
@@ -132,6 +136,13 @@ def invalid_engine(config: EngineConfig) -> Iterator[tuple[str, str]]:
     ):
         if not getattr(config, name) >= 1:
             yield name, f"must be >= 1, got {getattr(config, name)!r}"
+    if isinstance(config.min_decode_window, bool) or not (
+        isinstance(config.min_decode_window, int) and config.min_decode_window >= 0
+    ):
+        yield (
+            "min_decode_window",
+            f"must be an int >= 0 (0 = off), got {config.min_decode_window!r}",
+        )
     if config.cache_dtype not in ("float32", "bfloat16"):
         yield "cache_dtype", f"must be float32 or bfloat16, got {config.cache_dtype!r}"
     if any(not t >= 0 for t in config.stop_token_ids):
@@ -179,7 +190,7 @@ class Engine:
             self._insert_batch_impl, static_argnames=("sampling",), donate_argnums=(1,)
         )
         self._generate = jax.jit(
-            self._generate_impl, static_argnames=("sampling",), donate_argnums=(1,)
+            self._generate_impl, static_argnames=("sampling", "window"), donate_argnums=(1,)
         )
 
     # ---- contract properties -------------------------------------------------------------
@@ -550,6 +561,8 @@ class Engine:
 
     # ---- generate ----------------------------------------------------------------------------
     def _decode_step(self, model, state: DecodeState, sampling: SamplingParams):
+        """One decode step of every slot (see the module doc): attention over the whole cache
+        of ``state`` (a windowed cache in :meth:`_generate_windowed`)."""
         token, log_prob = state.pending, state.pending_log_prob
         valid = ~state.done
         generated = state.generated + valid
@@ -575,16 +588,23 @@ class Engine:
         )
         return new_state, (token, valid, log_prob)
 
-    def _generate_impl(self, params, state: DecodeState, sampling: SamplingParams):
+    def _generate_impl(
+        self, params, state: DecodeState, sampling: SamplingParams, window: int | None
+    ):
         self.traces["generate"] += 1
         model = self._model(params)
+        if window is None:
 
-        def step(s, _):
-            return self._decode_step(model, s, sampling)
+            def step(s, _):
+                return self._decode_step(model, s, sampling)
 
-        state, (tokens, valid, log_probs) = jax.lax.scan(
-            step, state, None, length=self.config.steps_per_call
-        )
+            state, (tokens, valid, log_probs) = jax.lax.scan(
+                step, state, None, length=self.config.steps_per_call
+            )
+        else:
+            state, (tokens, valid, log_probs) = self._generate_windowed(
+                model, state, sampling, window
+            )
         result = ResultTokens(
             tokens=tokens.T,
             valid=valid.T,
@@ -594,11 +614,73 @@ class Engine:
         )
         return state, result
 
+    def _generate_windowed(self, model, state: DecodeState, sampling: SamplingParams, window: int):
+        """The decode steps over a window: the cache's first ``window`` indices are copied once
+        per call into a ``[slots, kv, window, d]`` cache that the steps write and attend over, and
+        copied back into the whole cache after the last step. Attention reads W instead of L
+        indices per step, for two W-sized copies per call. A slot past the window writes at its
+        last index (its output is unused, see :meth:`generate`). On a mesh both caches keep the
+        decode state's sharding (:data:`KV_CACHE_SPEC`)."""
+
+        def step(s, _):
+            return self._decode_step(model, s, sampling)
+
+        def cut(c):
+            return self._keep_cache_sharding(window_of(c, window, flat=self._mesh is None))
+
+        def put(c, w):
+            return self._keep_cache_sharding(put_window(c, w, flat=self._mesh is None))
+
+        small = KVCache(*(tuple(map(cut, part)) for part in state.cache))
+        new, outs = jax.lax.scan(
+            step, state._replace(cache=small), None, length=self.config.steps_per_call
+        )
+        cache = KVCache(
+            *(tuple(map(put, f, w)) for f, w in zip(state.cache, new.cache, strict=True))
+        )
+        return new._replace(cache=cache), outs
+
+    def _keep_cache_sharding(self, cache: Array) -> Array:
+        """``cache`` constrained to the decode state's KV-cache sharding (no-op without a mesh)."""
+        if self._mesh is None:
+            return cache
+        return jax.lax.with_sharding_constraint(cache, NamedSharding(self._mesh, KV_CACHE_SPEC))
+
     def generate(
-        self, params, decode_state: DecodeState, *, sampling: SamplingParams | None = None
+        self,
+        params,
+        decode_state: DecodeState,
+        *,
+        sampling: SamplingParams | None = None,
+        window: int | None = None,
     ) -> tuple[DecodeState, ResultTokens]:
-        """Run ``steps_per_call`` decode steps over all slots."""
-        return self._generate(params, decode_state, sampling=sampling or self.sampling)
+        """Run ``steps_per_call`` decode steps over all slots.
+
+        ``window`` (from :meth:`decode_window`; default the whole cache): attention reads only
+        cache indices ``0 … window − 1``. Every active slot must fit, i.e. its length plus
+        ``steps_per_call`` is at most ``window``; the output of a slot that does not (a done
+        slot, or one the caller no longer reads) is not meaningful. Compiles once per window.
+        """
+        if window is not None:
+            if not 1 <= window <= self.config.cache_length:
+                raise ValueError(
+                    f"generate window {window} outside 1..cache_length {self.config.cache_length}"
+                )
+            window = None if window == self.config.cache_length else int(window)
+        return self._generate(
+            params, decode_state, sampling=sampling or self.sampling, window=window
+        )
+
+    def decode_window(self, longest: int) -> int:
+        """The decode window for the next :meth:`generate` call: the smallest power of two W >=
+        ``longest + steps_per_call`` and >= ``min_decode_window``, capped at the cache length
+        (which it also is when windows are off). ``longest``: the largest cache length (prompt +
+        emitted tokens) of any slot whose output is read."""
+        config = self.config
+        if not config.min_decode_window:
+            return config.cache_length
+        need = max(int(longest) + config.steps_per_call, config.min_decode_window, 1)
+        return min(pow2(need), config.cache_length)
 
 
 def fill_slots(
@@ -639,6 +721,28 @@ def fill_slots(
         done=set_(state.done, False),
         keys=state.keys if keys is None else set_(state.keys, keys),
     )
+
+
+def window_of(cache: Array, window: int, *, flat: bool = True) -> Array:
+    """``cache[:, :, :window]`` of a ``[B, kv, L, d]`` cache. ``flat``: sliced as the 2-D view
+    ``[B·kv, L·d]`` (a bitcast), which XLA:CPU copies several times faster than the 4-D slice;
+    not on a mesh, where merging the slot and head axes would lose their sharding."""
+    if not flat:
+        return cache[:, :, :window]
+    b, kv, length, d = cache.shape
+    return cache.reshape(b * kv, length * d)[:, : window * d].reshape(b, kv, window, d)
+
+
+def put_window(cache: Array, window: Array, *, flat: bool = True) -> Array:
+    """``cache`` with ``cache[:, :, :W] = window`` (the inverse of :func:`window_of`), in place
+    when ``cache`` is donated."""
+    window = window.astype(cache.dtype)
+    if not flat:
+        return jax.lax.dynamic_update_slice(cache, window, (0, 0, 0, 0))
+    b, kv, length, d = cache.shape
+    flat_cache = cache.reshape(b * kv, length * d)
+    out = jax.lax.dynamic_update_slice(flat_cache, window.reshape(b * kv, -1), (0, 0))
+    return out.reshape(cache.shape)
 
 
 def _int32(x):

@@ -71,19 +71,49 @@ def _filtered_candidates(z: Array, params: SamplingParams) -> tuple[Array, Array
     return scores, ids
 
 
+def first_argmax(z: Array) -> tuple[Array, Array]:
+    """The first index of the largest entry of each row ``[B, V]`` (as ``jnp.argmax``: a NaN
+    counts as the largest) and that maximum ``[B]``: i* = min{i : z_i = max_j z_j}.
+
+    Two plain reductions (max, then min over matching indices) instead of ``argmax``'s
+    (value, index) pair reduction, which XLA:CPU runs several times slower.
+    """
+    top = jnp.max(z, axis=-1)
+    hit = (z == top[:, None]) | jnp.isnan(z)
+    index = jnp.min(jnp.where(hit, jnp.arange(z.shape[-1], dtype=jnp.int32), z.shape[-1]), -1)
+    return index, top
+
+
+def categorical(keys: Array, scores: Array) -> Array:
+    """One draw per row from softmax(scores) ``[B, K]`` with the row's key: the draw of
+    ``jax.vmap(jax.random.categorical)(keys, scores)``, i = argmax(g + scores) with Gumbel noise
+    g from the row's key, through :func:`first_argmax` (identical indices, faster on CPU)."""
+    noise = jax.vmap(lambda key: jax.random.gumbel(key, scores.shape[-1:], scores.dtype))(keys)
+    return first_argmax(noise + scores)[0]
+
+
+def greedy_sample(logits: Array) -> tuple[Array, Array]:
+    """Greedy tokens ``[B]`` and their log-probs ``[B]``: i* = argmax z and
+    log softmax(z)[i*] = −log Σ_j exp(z_j − max z) (the shifted logit of i* is exactly 0)."""
+    z = logits.astype(jnp.float32)
+    tokens, top = first_argmax(z)
+    shifted = z - jax.lax.stop_gradient(top)[:, None]
+    return tokens, -jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+
+
 def sample(logits: Array, keys: Array, params: SamplingParams) -> tuple[Array, Array]:
     """Tokens ``[B]`` (int32) and behaviour log-probs ``[B]`` (float32) from logits ``[B, V]``.
 
     ``keys`` holds one PRNG key per row, so each slot's draw depends on its own key only.
+    Greedy decoding reads no key (:func:`greedy_sample`).
     """
-    tau = 1.0 if params.greedy else params.temperature
-    z = logits.astype(jnp.float32) / tau
     if params.greedy:
-        tokens = jnp.argmax(z, axis=-1)
-    else:
-        scores, ids = _filtered_candidates(z, params)
-        choice = jax.vmap(jax.random.categorical)(keys, scores)
-        tokens = jnp.take_along_axis(ids, choice[:, None], axis=-1)[:, 0]
+        return greedy_sample(logits)
+    tau = params.temperature
+    z = logits.astype(jnp.float32) / tau
+    scores, ids = _filtered_candidates(z, params)
+    choice = categorical(keys, scores)
+    tokens = jnp.take_along_axis(ids, choice[:, None], axis=-1)[:, 0]
     log_probs = jax.nn.log_softmax(z, axis=-1)
     picked = jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
     return tokens.astype(jnp.int32), picked
