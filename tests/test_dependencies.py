@@ -60,14 +60,7 @@ def declared(*groups: str) -> set[str]:
 
 def imports(path: Path) -> list[tuple[str, bool]]:
     """(top-level module, at module level) of each import and importorskip in a file."""
-    # No collection while the AST is built: a finalizer run inside ast.parse (e.g. of a coroutine
-    # an earlier test abandoned) trips CPython 3.11's "AST constructor recursion depth mismatch".
-    gc.collect()
-    gc.disable()
-    try:
-        tree = ast.parse(path.read_text(), str(path))
-    finally:
-        gc.enable()
+    tree = ast.parse(path.read_text(), str(path))
     top_level = {id(node) for node in tree.body}
     found = []
     for node in ast.walk(tree):
@@ -88,12 +81,21 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 
 def third_party(paths) -> list[tuple[Path, str, bool]]:
-    out = []
-    for path in paths:
-        for module, module_level in imports(path):
-            if module not in sys.stdlib_module_names and module not in LOCAL:
-                out.append((path, module, module_level))
-    return out
+    # No collection while the ASTs are built: a finalizer run inside ast.parse (e.g. of a
+    # coroutine an earlier test abandoned) trips CPython 3.11's "AST constructor recursion depth
+    # mismatch". One collection first, not one per file: late in the suite the heap is large and
+    # a full collection per file cost over a minute.
+    gc.collect()
+    gc.disable()
+    try:
+        found = [(path, *item) for path in paths for item in imports(path)]
+    finally:
+        gc.enable()
+    return [
+        (path, module, module_level)
+        for path, module, module_level in found
+        if module not in sys.stdlib_module_names and module not in LOCAL
+    ]
 
 
 def files(*folders: str) -> list[Path]:
