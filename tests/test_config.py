@@ -74,9 +74,9 @@ def test_every_method_preset_runs_from_the_tiny_base(tiny, method):
     assert resolve(apply_overrides(config, ["trainer.seed=2"])).trainer.run_dir.endswith("_seed2")
 
 
-def test_the_main_job_file_is_the_base_plus_its_method(tiny):
+def test_the_main_job_file_is_the_base_plus_its_method_on_device(tiny):
     assert load_config(CONFIGS / "sokoban" / "sampo_tiny.yaml") == apply_overrides(
-        tiny, ["algorithm.method=sampo"]
+        tiny, ["algorithm.method=sampo", "env.device_rollout=true"]
     )
 
 

@@ -154,6 +154,7 @@ def test_a_toy_environment_trains_one_step(toy, tmp_path):
         ROOT / "configs" / "sokoban" / "sampo_tiny.yaml",
         [
             "env.name=guess",
+            "env.device_rollout=false",  # the main job plays Sokoban on device
             "env.prompt=paper",
             "env.max_turns=2",
             "env.train_batch_size=2",
