@@ -5,6 +5,13 @@ same token batch, float32 on this machine's CPU (or GPU for JAX if present). The
 is the mean token log-likelihood and its gradient for all parameters (transformers: the LM loss
 with ``labels`` and ``backward()``). Outputs are checked against each other before timing.
 
+Two more lines per preset:
+* the log-prob pass (``token_log_probs`` at the trainer's default chunk of 128 positions, no
+  gradient: the RL update's old/reference pass) against our own forward pass;
+* the GEMM ceiling: one bare ``[tokens, hidden] x [hidden, intermediate]`` float32 matmul, XLA
+  against PyTorch. It bounds what the whole step can reach, since both spend most of their
+  time in such matmuls.
+
     python bench/model.py [--presets tiny small] [--batch 8] [--seq 256] [--repeats 3]
 """
 
@@ -42,6 +49,7 @@ def bench(name: str, batch: int, seq: int, repeats: int) -> None:
         return -jnp.mean(stats.log_probs[:, 1:])
 
     train = jax.jit(jax.value_and_grad(nll))
+    log_prob_pass = jax.jit(lambda p, x: token_log_probs(nnx.merge(graphdef, p), x).log_probs)
 
     def torch_forward():
         with torch.no_grad():
@@ -72,6 +80,9 @@ def bench(name: str, batch: int, seq: int, repeats: int) -> None:
             median_seconds(torch_train, repeats),
         ),
     ]
+    t_log_probs = median_seconds(
+        lambda: jax.block_until_ready(log_prob_pass(params, jids)), repeats
+    )
     count = sum(x.size for x in jax.tree.leaves(params))
     print(f"{name} ({count / 1e6:.1f} M parameters), batch {batch} x {seq} tokens")
     for label, t_jax, t_torch in rows:
@@ -79,6 +90,25 @@ def bench(name: str, batch: int, seq: int, repeats: int) -> None:
             f"  {label:<17} transformers {tokens / t_torch:9.0f} tok/s | ours (jax.jit) "
             f"{tokens / t_jax:9.0f} tok/s | ratio {t_torch / t_jax:.2f}x"
         )
+    print(
+        f"  log-prob pass     {tokens / t_log_probs:9.0f} tok/s | "
+        f"{rows[0][1] / t_log_probs:.2f}x our forward"
+    )
+    gemm_ceiling(tokens, config.hidden_size, config.intermediate_size, repeats)
+
+
+def gemm_ceiling(m: int, k: int, n: int, repeats: int) -> None:
+    """Print one bare float32 ``[m, k] x [k, n]`` matmul's GFLOP/s, XLA against PyTorch."""
+    a, b = jnp.ones((m, k)), jnp.ones((k, n))
+    ta, tb = torch.ones(m, k), torch.ones(k, n)
+    matmul = jax.jit(jnp.dot)
+    t_jax = median_seconds(lambda: matmul(a, b).block_until_ready(), 3 * repeats)
+    t_torch = median_seconds(lambda: ta @ tb, 3 * repeats)
+    flops = 2 * m * k * n
+    print(
+        f"  GEMM {m}x{k}x{n}  torch {flops / t_torch / 1e9:6.1f} GFLOP/s | XLA "
+        f"{flops / t_jax / 1e9:6.1f} GFLOP/s | ratio {t_torch / t_jax:.2f}x (ceiling)"
+    )
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from arlarena_jax.models.causal_attention import causal_attention
 from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.rope import rotary_embedding
 
@@ -67,7 +68,8 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
     """softmax(q·kᵀ/√d, masked)·v with grouped-query heads, as two batched matmuls.
 
     q ``[B, S, heads, d]``; k, v ``[B, T, kv_heads, d]``; ``allowed`` ``[B, S, T]``. See
-    :func:`attention_kv_major` (this transposes k and v into its layout).
+    :func:`attention_kv_major` (this transposes k and v into its layout). The model's training
+    path uses the blocked :func:`causal_attention` instead; this plain form is its reference.
     """
     return attention_kv_major(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), allowed)
 
@@ -212,15 +214,16 @@ class Attention(nnx.Module):
     ) -> tuple[Array, LayerKV | None]:
         """o_proj(attention(q, k, v)) of ``x`` ``[B, S, hidden]`` and the updated cache.
 
-        Without ``kv`` the keys are ``x``'s own (``allowed`` ``[B, S, S]``; returns ``None`` for
-        the cache). With ``kv``, ``x``'s keys/values are written at ``kv.write_at[b] …`` and the
-        queries attend over the whole cache (``allowed`` ``[B, S, L]``); one query per row
-        (decoding) takes :func:`attention_cached`.
+        Without ``kv`` the keys are ``x``'s own (``allowed`` ``[B, S, S]``, causal; returns
+        ``None`` for the cache) and :func:`causal_attention` computes it in query blocks.
+        With ``kv``, ``x``'s keys/values are written at ``kv.write_at[b] …`` and the queries
+        attend over the whole cache (``allowed`` ``[B, S, L]``); one query per row (decoding)
+        takes :func:`attention_cached`.
         """
         b, s, _ = x.shape
         q, k, v = self.qkv(x, cos, sin)
         if kv is None:
-            out = attention(q, k, v, allowed)
+            out = causal_attention(q, k, v, allowed)
         else:
             kv = kv.write(k, v)
             attend = attention_cached if s == 1 else attention_kv_major
