@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.rollout.device import largest_divisor_at_most
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.memory import SimpleMemory
 from arlarena_jax.rollout.policy import chat_prompt_ids
@@ -155,6 +156,26 @@ def test_device_rollout_plays_the_host_rollout(parts):
         _same_rollouts(host, device)
     settings_used = {policy.train_sampling, policy.eval_sampling}
     assert rollout.traces == len(settings_used)  # one compilation per sampling setting
+
+
+def test_device_rollout_decodes_in_batches_of_the_engine_slots():
+    """With fewer decode slots than episodes, the device path decodes the live rows in batches of
+    ``max_concurrent_decodes`` (as the host driver's slots do): still the host's rollout."""
+    config = load_config(CONFIG, [*SMALL, "sampler.max_concurrent_decodes=2"])
+    tokenizer = build.build_tokenizer(config)
+    model = build.build_model(config, tokenizer, None, seed=0)
+    _, policy = build.build_policy(config, model, tokenizer, None)
+    rollout = build.build_device_rollout(config, policy)
+    envs, fmt = build.make_envs(config, 8), build.task_format(config)
+    kwargs = dict(group_seeds=[21, 22, 23, 24], group_size=2, max_turns=6, history_length=2)
+    host = collect(envs, fmt, policy, **kwargs)
+    policy.calls = 0
+    _same_rollouts(host, rollout.collect(envs, fmt, policy, **kwargs))
+
+
+def test_largest_divisor_at_most():
+    assert [largest_divisor_at_most(n, 4) for n in (8, 6, 7, 3, 1)] == [4, 3, 1, 3, 1]
+    assert largest_divisor_at_most(12, 0) == 1
 
 
 def test_device_rollout_refuses_what_it_cannot_play(parts):

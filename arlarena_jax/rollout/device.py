@@ -201,7 +201,7 @@ class DeviceRollout:
         def run(k: int):
             def branch():
                 rows = order[:k]
-                reply, emitted = self._reply(
+                reply, emitted = self._slot_batches(
                     params, prompt[rows], prompt_length[rows], keys[rows], live[rows], sampling
                 )
                 blank = jax.tree.map(lambda x: jnp.zeros((n, *x.shape[1:]), x.dtype), reply)
@@ -214,14 +214,31 @@ class DeviceRollout:
         smallest = jnp.sum(jnp.asarray(sizes[1:], jnp.int32) >= count, dtype=jnp.int32)
         return jax.lax.switch(smallest, [run(k) for k in sizes])
 
+    def _slot_batches(self, params, prompt, prompt_length, keys, live, sampling):
+        """:meth:`_reply` over batches of at most ``max_concurrent_decodes`` rows (a
+        ``lax.map``), the decode batch the host driver's slots allow: each batch decodes until
+        its own replies have stopped, and a wider decode step is slower per row on a CPU
+        (measured: 512 rows at once ran at 0.83× the host path's turns per second)."""
+        k = prompt.shape[0]
+        batch = largest_divisor_at_most(k, self.engine.config.max_concurrent_decodes)
+        if batch == k:
+            return self._reply(params, prompt, prompt_length, keys, live, sampling)
+
+        def one(args):
+            return self._reply(params, *args, sampling)
+
+        split = tuple(
+            x.reshape(k // batch, batch, *x.shape[1:]) for x in (prompt, prompt_length, keys, live)
+        )
+        out = jax.lax.map(one, split)
+        return jax.tree.map(lambda x: x.reshape(k, *x.shape[2:]), out)
+
     def _prefill(self, params, prompt, prompt_length, keys):
         """The engine's prefill in chunks of rows (a ``lax.map``), at most
         ``prefill_batch_tokens`` padded tokens each, as the host driver batches prompts (on CPU
         32 prompts of ~128 tokens at a time beat 128 at once)."""
         k, width = prompt.shape
-        chunk = max(1, self.engine.config.prefill_batch_tokens // width)
-        while k % chunk:
-            chunk -= 1
+        chunk = largest_divisor_at_most(k, self.engine.config.prefill_batch_tokens // width)
 
         def one(args):
             return self.engine._prefill_rows(params, *args, GREEDY)
@@ -284,6 +301,14 @@ class DeviceRollout:
             stopped_at = jnp.where(first, begin + found + m, stopped_at)
             new = new._replace(done=new.done | first)
         return new, _Reply(tokens, log_probs, text, length, stopped_at)
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``max(limit, 1)``."""
+    size = max(1, min(limit, n))
+    while n % size:
+        size -= 1
+    return size
 
 
 def _free_slots(engine: Engine, n: int) -> DecodeState:
