@@ -22,6 +22,11 @@ so its floor is the larger of the two (the roofline), and ``step / floor`` is ag
 batch 1 the memory floor binds, at large batches on CPU the compute floor. Where the model and
 cache fit in the last-level cache (``tiny``) a step can beat the memory floor.
 
+Also per batch: one bare float32 matmul of the decode step's MLP shape, ``[batch, hidden] ×
+[hidden, intermediate]``, in XLA and in PyTorch (GFLOP/s): the rate the step's matmuls can
+reach at that batch. At small batches it is far below the 2048² rate the compute floor assumes,
+and XLA's is below PyTorch's.
+
 ``--max-prefill-length`` (default: the prompt length) gives the engine a longer preallocated
 cache than the run needs, as a trainer's config does (its longest prompt); the decode window
 then keeps each step's attention to the live part of it.
@@ -69,6 +74,8 @@ class Row:
     floor_ms: float  # memory-bandwidth floor of one decode step
     compute_ms: float  # compute floor of one decode step
     cache_length: int  # the engine's preallocated cache per slot
+    gemm_xla: float  # GFLOP/s of a bare [batch, hidden] x [hidden, intermediate] matmul, XLA
+    gemm_torch: float  # the same in PyTorch
 
     @property
     def roofline_ms(self) -> float:
@@ -91,6 +98,17 @@ def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     dot = jax.jit(jnp.dot)
     return 2 * n**3 / best_seconds(lambda: jax.block_until_ready(dot(a, a)), repeats)
+
+
+def gemm_rates(m: int, k: int, n: int, repeats: int = 30) -> tuple[float, float]:
+    """GFLOP/s of one float32 ``[m, k] × [k, n]`` matmul: XLA (``jax.jit``) and PyTorch, each the
+    fastest of ``repeats``."""
+    a, b = jnp.ones((m, k), jnp.float32), jnp.ones((k, n), jnp.float32)
+    dot = jax.jit(jnp.dot)
+    ta, tb = torch.ones(m, k), torch.ones(k, n)
+    t_xla = best_seconds(lambda: dot(a, b).block_until_ready(), repeats)
+    t_torch = best_seconds(lambda: ta @ tb, repeats)
+    return 2 * m * k * n / t_xla / 1e9, 2 * m * k * n / t_torch / 1e9
 
 
 def cpu_name() -> str:
@@ -290,6 +308,8 @@ def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row
     assert engine.traces["generate"] == compiled, engine.traces  # no recompilation while timing
 
     tokens = batch * new_tokens
+    config = model.config
+    gemm = gemm_rates(batch, config.hidden_size, config.intermediate_size)
     row = Row(
         name,
         param_stats(model)[1] / 1e6,
@@ -301,6 +321,7 @@ def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row
         floors.memory * 1e3,
         floors.compute * 1e3,
         engine.config.cache_length,
+        *gemm,
     )
     print_row(row, step, floors)
     return row
@@ -317,7 +338,9 @@ def print_row(row: Row, step: float, floors: Floors) -> None:
         f"{floors.param_bytes / 2**20:.1f} MiB + KV cache {floors.kv_bytes / 2**20:.1f} MiB of "
         f"{floors.live_tokens:.0f} live tokens) | compute floor {floors.compute * 1e3:.2f} ms | "
         f"step/floor {row.step_ms / row.roofline_ms:.1f}x (step/memory floor "
-        f"{row.step_ms / row.floor_ms:.1f}x)",
+        f"{row.step_ms / row.floor_ms:.1f}x)\n"
+        f"             GEMM at this batch (MLP shape): XLA {row.gemm_xla:.0f} GFLOP/s, PyTorch "
+        f"{row.gemm_torch:.0f} GFLOP/s",
         flush=True,
     )
 
@@ -325,15 +348,16 @@ def print_row(row: Row, step: float, floors: Floors) -> None:
 def markdown(rows: list[Row]) -> str:
     lines = [
         "| preset | batch | cache | greedy ids = HF | transformers | ours (driver) | ratio | "
-        "decode step | memory floor | compute floor | step / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "decode step | memory floor | compute floor | step / floor | GEMM XLA / PyTorch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.preset} ({r.params_m:.1f} M) | {r.batch} | {r.cache_length} | "
             f"{r.agree.split()[0]} rows | {r.theirs_tps:,.0f} tok/s | "
             f"{r.ours_tps:,.0f} tok/s | {r.ours_tps / r.theirs_tps:.2f}× | {r.step_ms:.2f} ms | "
-            f"{r.floor_ms:.2f} ms | {r.compute_ms:.2f} ms | {r.step_ms / r.roofline_ms:.1f}× |"
+            f"{r.floor_ms:.2f} ms | {r.compute_ms:.2f} ms | {r.step_ms / r.roofline_ms:.1f}× | "
+            f"{r.gemm_xla:.0f} / {r.gemm_torch:.0f} GFLOP/s |"
         )
     return "\n".join(lines)
 

@@ -257,7 +257,7 @@ class DeviceRollout:
         first, first_lp = sample(prefix.logits, first_keys, sampling)
         rows = jnp.arange(n, dtype=jnp.int32)
         state = fill_slots(
-            _free_slots(engine, n), rows, prefix.cache, rows, prompt_length, first, first_lp,
+            engine.free_slots(n), rows, prefix.cache, rows, prompt_length, first, first_lp,
             jnp.int32(budget), slot_keys,
         )  # fmt: skip
         state = state._replace(done=~live)
@@ -309,19 +309,6 @@ def largest_divisor_at_most(n: int, limit: int) -> int:
     while n % size:
         size -= 1
     return size
-
-
-def _free_slots(engine: Engine, n: int) -> DecodeState:
-    """A decode state of ``n`` free slots with the engine's cache length and dtype."""
-    from arlarena_jax.models.decode import empty_cache
-
-    cache = empty_cache(
-        engine.model_config, n, engine.config.cache_length, jnp.dtype(engine.config.cache_dtype)
-    )
-    zeros = jnp.zeros(n, jnp.int32)
-    keys = jax.random.split(jax.random.key(0), n)
-    return DecodeState(cache, zeros, zeros, jnp.zeros(n, jnp.float32), zeros, zeros,
-                       jnp.ones(n, bool), keys)  # fmt: skip
 
 
 def _member_keys(seed: Array, live: Array) -> Array:

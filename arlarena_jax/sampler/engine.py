@@ -244,15 +244,15 @@ class Engine:
         )
         check_divisible("decode-state kv cache", shape, KV_CACHE_SPEC, mesh)
 
-    def init_decode_state(self, seed: int = 0) -> DecodeState:
-        """All slots free; caches of ``max_prefill_length + max_new_tokens`` tokens."""
-        slots = self.config.max_concurrent_decodes
+    def free_slots(self, slots: int, seed: int = 0) -> DecodeState:
+        """A decode state of ``slots`` free slots with this engine's cache length and dtype
+        (unsharded; :meth:`init_decode_state` places it on the mesh)."""
         dtype = jnp.dtype(self.config.cache_dtype)
 
         def zeros():  # distinct buffers: the state is donated to insert/generate
             return jnp.zeros((slots,), jnp.int32)
 
-        state = DecodeState(
+        return DecodeState(
             cache=empty_cache(self.model_config, slots, self.config.cache_length, dtype),
             lengths=zeros(),
             pending=zeros(),
@@ -262,6 +262,10 @@ class Engine:
             done=jnp.ones((slots,), bool),
             keys=jax.random.split(jax.random.key(seed), slots),
         )
+
+    def init_decode_state(self, seed: int = 0) -> DecodeState:
+        """All slots free; caches of ``max_prefill_length + max_new_tokens`` tokens."""
+        state = self.free_slots(self.config.max_concurrent_decodes, seed)
         if self._mesh is None:
             return state
         cache_sharding = NamedSharding(self._mesh, KV_CACHE_SPEC)
