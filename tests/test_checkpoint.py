@@ -4,7 +4,6 @@ one-line errors; the pre-emption guard."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 from functools import partial
@@ -188,14 +187,32 @@ def test_preemption_guard_sets_its_flag_and_restores_the_handler():
         raise AssertionError("the guard should have intercepted SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, before)
+    # As in a terminal: a job started in the background (CI scripts) starts with SIGINT ignored.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with PreemptionGuard(sigint=True) as guard:
             assert not guard.requested
-            os.kill(os.getpid(), signal.SIGTERM)
+            # raise_signal targets this (the main) thread, so the handler has run when it
+            # returns; os.kill targets the process, and with XLA's threads alive the kernel may
+            # deliver it to another thread after the call returns (a flaky assertion in CI).
+            signal.raise_signal(signal.SIGTERM)
             assert guard.requested and guard.signal == signal.SIGTERM
             with pytest.raises(KeyboardInterrupt):  # second signal: SIGINT forces the exit
-                os.kill(os.getpid(), signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
         assert signal.getsignal(signal.SIGTERM) is before
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def test_preemption_guard_leaves_an_ignored_sigint_ignored():
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with PreemptionGuard(sigint=True) as guard:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            assert not guard.requested
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous_int)
