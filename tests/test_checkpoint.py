@@ -204,15 +204,3 @@ def test_preemption_guard_sets_its_flag_and_restores_the_handler():
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
-
-
-def test_preemption_guard_leaves_an_ignored_sigint_ignored():
-    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with PreemptionGuard(sigint=True) as guard:
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            signal.raise_signal(signal.SIGINT)
-            assert not guard.requested
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGINT, previous_int)

@@ -672,8 +672,7 @@ class PreemptionGuard:
 
     SIGTERM (and SIGINT with ``sigint=True``) only sets ``requested`` (and ``signal``), so the loop
     saves at the next step boundary and exits cleanly; a second SIGINT raises
-    ``KeyboardInterrupt``. An ignored SIGINT (``nohup``, a background job) stays ignored. The
-    previous handlers come back on exit. Main thread only. On several
+    ``KeyboardInterrupt``. The previous handlers come back on exit. Main thread only. On several
     hosts, combine with :meth:`Checkpointer.reached_preemption` so all processes stop together.
     """
 
@@ -691,8 +690,6 @@ class PreemptionGuard:
     def __enter__(self) -> PreemptionGuard:
         try:
             for sig in self.signals:
-                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
-                    continue  # ignored (nohup, a background job): it stays ignored
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:
             self.__exit__()
