@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.errors import ConfigError
-from arlarena_jax.rollout.device import largest_divisor_at_most
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.memory import SimpleMemory
 from arlarena_jax.rollout.policy import chat_prompt_ids
@@ -171,11 +170,6 @@ def test_device_rollout_decodes_in_batches_of_the_engine_slots():
     host = collect(envs, fmt, policy, **kwargs)
     policy.calls = 0
     _same_rollouts(host, rollout.collect(envs, fmt, policy, **kwargs))
-
-
-def test_largest_divisor_at_most():
-    assert [largest_divisor_at_most(n, 4) for n in (8, 6, 7, 3, 1)] == [4, 3, 1, 3, 1]
-    assert largest_divisor_at_most(12, 0) == 1
 
 
 def test_device_rollout_refuses_what_it_cannot_play(parts):

@@ -29,6 +29,7 @@ import numpy as np
 
 from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size
 from arlarena_jax.rollout.policy import SamplerPolicy, call_seed
+from arlarena_jax.row_chunks import largest_divisor_at_most, map_row_chunks
 from arlarena_jax.sampler.driver import find_stop
 from arlarena_jax.sampler.engine import DecodeState, Engine, fill_slots
 from arlarena_jax.sampler.sampling import GREEDY, SamplingParams, sample
@@ -224,14 +225,10 @@ class DeviceRollout:
         if batch == k:
             return self._reply(params, prompt, prompt_length, keys, live, sampling)
 
-        def one(args):
-            return self._reply(params, *args, sampling)
+        def one(*rows):
+            return self._reply(params, *rows, sampling)
 
-        split = tuple(
-            x.reshape(k // batch, batch, *x.shape[1:]) for x in (prompt, prompt_length, keys, live)
-        )
-        out = jax.lax.map(one, split)
-        return jax.tree.map(lambda x: x.reshape(k, *x.shape[2:]), out)
+        return map_row_chunks(one, (prompt, prompt_length, keys, live), batch)
 
     def _prefill(self, params, prompt, prompt_length, keys):
         """The engine's prefill in chunks of rows (a ``lax.map``), at most
@@ -240,12 +237,10 @@ class DeviceRollout:
         k, width = prompt.shape
         chunk = largest_divisor_at_most(k, self.engine.config.prefill_batch_tokens // width)
 
-        def one(args):
-            return self.engine._prefill_rows(params, *args, GREEDY)
+        def one(*rows):
+            return self.engine._prefill_rows(params, *rows, GREEDY)
 
-        split = (x.reshape(k // chunk, chunk, *x.shape[1:]) for x in (prompt, prompt_length, keys))
-        prefix = jax.lax.map(one, tuple(split))
-        return jax.tree.map(lambda x: x.reshape(k, *x.shape[2:]), prefix)
+        return map_row_chunks(one, (prompt, prompt_length, keys), chunk)
 
     def _reply(self, params, prompt, prompt_length, keys, live, sampling) -> tuple[_Reply, Array]:
         """Prefill, draw the first tokens, then decode until every live reply has stopped.
@@ -301,14 +296,6 @@ class DeviceRollout:
             stopped_at = jnp.where(first, begin + found + m, stopped_at)
             new = new._replace(done=new.done | first)
         return new, _Reply(tokens, log_probs, text, length, stopped_at)
-
-
-def largest_divisor_at_most(n: int, limit: int) -> int:
-    """The largest divisor of ``n`` that is at most ``max(limit, 1)``."""
-    size = max(1, min(limit, n))
-    while n % size:
-        size -= 1
-    return size
 
 
 def _member_keys(seed: Array, live: Array) -> Array:

@@ -44,6 +44,7 @@ from arlarena_jax.objectives.declare import (
     merge_tables,
     reduce_stacked,
 )
+from arlarena_jax.row_chunks import map_row_chunks
 from arlarena_jax.train.sequences import Sequences
 
 Array = jax.Array
@@ -187,18 +188,12 @@ def map_micro_batches(fn: Callable, sequences: Sequences, micro_batch_size: int)
     """``fn(ids, mask)`` over consecutive micro-batches of ``micro_batch_size`` rows (a
     ``lax.map``, so peak memory is one micro-batch's), its ``[rows, ...]`` outputs joined back to
     ``[N, ...]``. A micro-batch of padding rows only (no attended token) is not run: zeros."""
-    n, width = sequences.input_ids.shape
-    if n % micro_batch_size:
-        raise ValueError(f"{n} rows are not a multiple of micro_batch_size {micro_batch_size}")
-    k = n // micro_batch_size
-    ids = sequences.input_ids.reshape(k, micro_batch_size, width)
-    mask = sequences.attention_mask.reshape(k, micro_batch_size, width)
 
-    def one(xs):
-        return unless_padding(jnp.any(xs[1] > 0), fn, *xs)
+    def one(ids, mask):
+        return unless_padding(jnp.any(mask > 0), fn, ids, mask)
 
-    out = jax.lax.map(one, (ids, mask))
-    return jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), out)
+    arrays = (sequences.input_ids, sequences.attention_mask)
+    return map_row_chunks(one, arrays, micro_batch_size)
 
 
 def make_prepare_fn(objective: Objective) -> Callable:
