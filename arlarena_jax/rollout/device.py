@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size
+from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size, row_place
 from arlarena_jax.rollout.policy import SamplerPolicy, call_seed
 from arlarena_jax.row_chunks import largest_divisor_at_most, map_row_chunks
 from arlarena_jax.sampler.driver import find_stop
@@ -342,9 +342,7 @@ def turn_rows(
                     observation, int(turns.step_shown[t, i]), int(turns.last_action[t, i])
                 ),
                 response=_reply_text(tokenizer, response, rollout.stop_strings),
-                group=group_offset + i // group_size,
-                trajectory=group_offset * group_size + i,
-                env_index=int(i),
+                **row_place(int(i), group_size, group_offset),
                 turn=int(t),
                 anchor=env.anchor_text(observation),
                 action=int(turns.action[t, i]),

@@ -216,6 +216,17 @@ class _Turn(NamedTuple):
     step: Step
 
 
+def row_place(i: int, group_size: int, group_offset: int) -> dict[str, int]:
+    """Where environment ``i`` of a batch of whole groups sits in the step: its group
+    (``group_offset + i // group_size``), its trajectory (``group_offset · group_size + i``) and
+    its index in the batch."""
+    return {
+        "group": group_offset + i // group_size,
+        "trajectory": group_offset * group_size + i,
+        "env_index": i,
+    }
+
+
 def _row(t: _Turn, i: int, group_size: int, group_offset: int, data_source: str) -> TurnRow:
     """Environment ``i``'s row of turn ``t``."""
     gen, proj = t.generations[i], t.projections[i]
@@ -225,9 +236,7 @@ def _row(t: _Turn, i: int, group_size: int, group_offset: int, data_source: str)
         log_probs=list(gen.log_probs),
         prompt=t.prompts[i],
         response=gen.text,
-        group=group_offset + i // group_size,
-        trajectory=group_offset * group_size + i,
-        env_index=i,
+        **row_place(i, group_size, group_offset),
         turn=t.turn,
         anchor=t.observations[i].text,
         action=proj.action,
