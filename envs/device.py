@@ -51,6 +51,9 @@ class DeviceEnv(NamedTuple):
       the reply's first ``length`` bytes (``[width]`` uint8).
     * host side: ``anchor_text(observation)`` is the text observation and
       ``prompt_text(observation, step, last_action)`` the user message the prompt ids encode.
+    * ``shared_prefix``: how many leading prompt ids depend on the step shown only (not on the
+      observation or the last action), fewer than any prompt's length. Every episode of a turn
+      is shown the same step, so the rollout prefills these ids once per turn. 0: none.
     """
 
     reset: Callable[[Array], Any]
@@ -61,6 +64,7 @@ class DeviceEnv(NamedTuple):
     anchor_text: Callable[[np.ndarray], str]
     prompt_text: Callable[[np.ndarray, int, int], str]
     prompt_width: int
+    shared_prefix: int = 0
 
 
 def pattern_array(pattern: bytes) -> np.ndarray:

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.rollout.device import DeviceRollout
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.memory import SimpleMemory
 from arlarena_jax.rollout.policy import chat_prompt_ids
@@ -30,7 +31,7 @@ from arlarena_jax.train.config_io import load_config
 from envs.base import Observation
 from envs.sokoban.device import WORDS, compact_content, project_bytes
 from envs.sokoban.prompts import project_sokoban, sokoban_compact_prompt
-from envs.sokoban.render import render_text
+from envs.sokoban.render import BOX, FLOOR, PLAYER, TARGET, WALL, render_text
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs/sokoban/sampo_tiny.yaml"
@@ -91,6 +92,37 @@ def test_rendered_prompt_ids_equal_the_host_encoding(parts, data):
     assert int(length) == len(host)
     if len(host) <= rollout.env.prompt_width:
         assert np.asarray(ids)[: int(length)].tolist() == host
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_declared_shared_prefix_depends_on_the_step_only(parts, data):
+    """The Sokoban device environment's ``shared_prefix`` (the ids the rollout prefills once per
+    turn): two prompts shown the same step, of any two valid rooms and last actions, agree on
+    their first ``shared_prefix`` ids, and every prompt is longer than it. Valid rooms: walls,
+    floor and targets anywhere, the room's boxes and one player (the widest prompt fits)."""
+    config, _, _, rollout = parts
+    env, dim = rollout.env, config.env.sokoban.dim_room
+    boxes = config.env.sokoban.num_boxes
+
+    def room():
+        cells = data.draw(
+            st.lists(st.sampled_from([WALL, FLOOR, TARGET]), min_size=dim * dim, max_size=dim * dim)
+        )
+        places = data.draw(st.permutations(range(dim * dim)))
+        for i in places[:boxes]:
+            cells[i] = BOX
+        cells[places[boxes]] = PLAYER
+        return jnp.asarray(np.array(cells, np.int8).reshape(dim, dim))
+
+    step = jnp.int32(data.draw(st.integers(1, config.env.max_turns)))
+    render = jax.jit(env.prompt)
+    ids = [render(room(), step, jnp.int32(data.draw(st.integers(-1, 4)))) for _ in range(2)]
+    k = env.shared_prefix
+    assert 0 < k < min(int(length) for _, length in ids)
+    assert np.asarray(ids[0][0])[:k].tolist() == np.asarray(ids[1][0])[:k].tolist()
 
 
 def _interesting_ids(tokenizer) -> list[int]:
@@ -173,7 +205,12 @@ def test_device_rollout_decodes_in_batches_of_the_engine_slots():
 
 
 def test_device_rollout_refuses_what_it_cannot_play(parts):
-    _, _, policy, _ = parts
+    _, tokenizer, policy, rollout = parts
+    whole = rollout.env._replace(shared_prefix=rollout.env.prompt_width)  # no id left to prefill
+    with pytest.raises(ValueError, match=r"shared_prefix (\d+) is outside 0 … prompt width \1 − 1"):
+        DeviceRollout(
+            whole, policy.engine, tokenizer, stop_strings=[], max_turns=6, history_length=2
+        )
     paper = load_config(CONFIG, [*SMALL, "env.prompt=paper"])
     with pytest.raises(ConfigError, match=r"only env.prompt 'compact'"):
         build.build_device_rollout(paper, policy)

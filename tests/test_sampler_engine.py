@@ -30,6 +30,8 @@ import pytest
 import torch
 import transformers
 from flax import nnx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
 from arlarena_jax.models.hf_io import load_pretrained
@@ -353,6 +355,39 @@ def test_prefill_batch_rows_equal_single_prefill(engine_for, sampling):
         pairs = zip(batch.cache.k + batch.cache.v, single.cache.k + single.cache.v, strict=True)
         for ours, theirs in pairs:  # keys and values of every layer, up to the true length
             np.testing.assert_allclose(ours[b, :, :n], theirs[0, :, :n], atol=1e-5)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shared=st.integers(1, 10),
+    tails=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_shared_prefix_prefill_equals_plain_prefill(engine_for, shared, tails, seed):
+    """Prompts whose first ``shared`` ids agree, prefilled with those ids cached once
+    (``_shared_cache`` + ``_prefill_rows(..., shared, start)``), give the plain prefill's last
+    logits, first tokens and keys/values at every real position (tolerance 1e-5: float32 sums of
+    differently shaped matmuls). A law over any split point and any tail lengths."""
+    engine = engine_for("qwen3")
+    params = engine.load_params()
+    rng = np.random.default_rng(seed)
+    head = rng.integers(0, VOCAB, shared).tolist()
+    prompts = [head + rng.integers(0, VOCAB, n).tolist() for n in tails]
+    tokens, lengths = padded_batch(prompts, 16)
+    keys = jax.random.split(jax.random.key(seed), len(prompts))
+    tokens, lengths = jnp.asarray(tokens), jnp.asarray(lengths)
+    plain = engine._prefill_rows(params, tokens, lengths, keys, SAMPLED)
+    cache = engine._shared_cache(params, tokens[0, :shared], tokens.shape[1])
+    split = engine._prefill_rows(params, tokens, lengths, keys, SAMPLED, cache, shared)
+    np.testing.assert_allclose(split.logits, plain.logits, atol=1e-5)
+    np.testing.assert_array_equal(split.token, plain.token)
+    layers = zip(split.cache.k + split.cache.v, plain.cache.k + plain.cache.v, strict=True)
+    for ours, theirs in layers:
+        for b, prompt in enumerate(prompts):
+            n = len(prompt)
+            np.testing.assert_allclose(ours[b, :, :n], theirs[b, :, :n], atol=1e-5)
 
 
 def test_insert_batch_equals_insert_group(engine_for):

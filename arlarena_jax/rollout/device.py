@@ -86,6 +86,11 @@ class DeviceRollout:
     ):
         if len(stop_strings) > 1:
             raise ValueError("the on-device rollout takes at most one stop string")
+        if not 0 <= env.shared_prefix < env.prompt_width:
+            raise ValueError(
+                f"the environment's shared_prefix {env.shared_prefix} is outside 0 … prompt "
+                f"width {env.prompt_width} − 1"
+            )
         self.env, self.engine, self.tokenizer = env, engine, tokenizer
         self.max_turns, self.history_length = max_turns, history_length
         self.stop_strings = tuple(stop_strings)
@@ -112,8 +117,8 @@ class DeviceRollout:
         longest = int(out.prompt_length.max(initial=0))
         if longest > self.env.prompt_width:
             raise ValueError(
-                f"a prompt has {longest} tokens, over the engine's max_prefill_length "
-                f"{self.env.prompt_width} (prompts are never truncated); raise max_prefill_length"
+                f"a prompt has {longest} tokens, over the environment's prompt width "
+                f"{self.env.prompt_width} (prompts are never truncated)"
             )
         return out
 
@@ -233,12 +238,18 @@ class DeviceRollout:
     def _prefill(self, params, prompt, prompt_length, keys):
         """The engine's prefill in chunks of rows (a ``lax.map``), at most
         ``prefill_batch_tokens`` padded tokens each, as the host driver batches prompts (on CPU
-        32 prompts of ~128 tokens at a time beat 128 at once)."""
+        32 prompts of ~128 tokens at a time beat 128 at once). The environment's
+        ``shared_prefix`` leading ids, the same in every row of a turn, are prefilled once (from
+        the first row) and the chunks run only the ids after them."""
         k, width = prompt.shape
-        chunk = largest_divisor_at_most(k, self.engine.config.prefill_batch_tokens // width)
+        start = self.env.shared_prefix
+        shared = self.engine._shared_cache(params, prompt[0, :start], width) if start else None
+        chunk = largest_divisor_at_most(
+            k, self.engine.config.prefill_batch_tokens // (width - start)
+        )
 
         def one(*rows):
-            return self.engine._prefill_rows(params, *rows, GREEDY)
+            return self.engine._prefill_rows(params, *rows, GREEDY, shared, start)
 
         return map_row_chunks(one, (prompt, prompt_length, keys), chunk)
 

@@ -289,23 +289,52 @@ class Engine:
     def _model(self, params) -> QwenForCausalLM:
         return nnx.merge(self.graphdef, params)
 
-    def _prefill_rows(self, params, tokens, true_lengths, keys, sampling) -> Prefix:
+    def _prefill_rows(
+        self,
+        params,
+        tokens,
+        true_lengths,
+        keys,
+        sampling,
+        shared: KVCache | None = None,
+        start: int = 0,
+    ) -> Prefix:
         """Right-padded prompts ``[B, P]`` through the model into a fresh ``[B, kv, P, d]`` cache.
 
         :func:`~arlarena_jax.models.decode.forward_cached` with every row written at index 0,
         except that only each row's last real position is projected onto the vocabulary (the
         ``[B, P, vocab]`` logits of every position are never built). Rows are independent: causal
         attention keeps a row's padding out of its real positions.
+
+        With ``shared`` (:meth:`_shared_cache` of the ``start`` leading ids every row has in
+        common, ``start`` < every true length), only columns ``start … P − 1`` run through the
+        model, attending to the shared keys/values: the same cache and logits up to float
+        rounding, for (P − start) / P of the work.
         """
         model = self._model(params)
         b, p = tokens.shape
-        cache = empty_cache(self.model_config, b, p, jnp.dtype(self.config.cache_dtype))
-        positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-        hidden, cache = hidden_cached(model, tokens, positions, cache, jnp.zeros(b, jnp.int32))
-        last_hidden = jnp.take_along_axis(hidden, (true_lengths - 1)[:, None, None], axis=1)
-        last = model.logits(last_hidden)[:, 0]  # [B, vocab]
+        if shared is None:
+            cache = empty_cache(self.model_config, b, p, jnp.dtype(self.config.cache_dtype))
+        else:
+            cache = jax.tree.map(lambda c: jnp.broadcast_to(c, (b, *c.shape[1:])), shared)
+        positions = jnp.broadcast_to(jnp.arange(start, p, dtype=jnp.int32), (b, p - start))
+        write_at = jnp.full(b, start, jnp.int32)
+        hidden, cache = hidden_cached(model, tokens[:, start:], positions, cache, write_at)
+        at = (true_lengths - 1 - start)[:, None, None]
+        last = model.logits(jnp.take_along_axis(hidden, at, axis=1))[:, 0]  # [B, vocab]
         token, log_prob = sample(last, keys, sampling)
         return Prefix(cache, last, token, log_prob, true_lengths)
+
+    def _shared_cache(self, params, ids: Array, width: int) -> KVCache:
+        """The ``[1, kv, width, d]`` cache of one row holding ``ids`` ``[S]`` at indices
+        0 … S − 1 (the rest zero): the leading ids a batch of prompts has in common, prefilled
+        once for :meth:`_prefill_rows`."""
+        cache = empty_cache(self.model_config, 1, width, jnp.dtype(self.config.cache_dtype))
+        positions = jnp.arange(ids.shape[0], dtype=jnp.int32)[None]
+        _, cache = hidden_cached(
+            self._model(params), ids[None], positions, cache, jnp.zeros(1, jnp.int32)
+        )
+        return cache
 
     def _prefill_impl(self, params, tokens, true_length, key, sampling):
         self.traces["prefill"] += 1

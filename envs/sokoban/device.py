@@ -125,6 +125,11 @@ class PromptTables:
             + self.f3
         )
 
+    def shared_prefix(self) -> int:
+        """How many leading ids depend on the step only: a prompt shown step s starts with
+        F0 + STEP[s] + F1, so its first len(F0) + min len(STEP) + len(F1) ids do."""
+        return len(self.f0) + min(map(len, self.steps)) + len(self.f1)
+
     def longest(self, dim: int, num_boxes: int) -> int:
         """The most ids a prompt of a ``dim`` × ``dim`` grid with ``num_boxes`` boxes can take:
         walls or floor everywhere, except a target and a box per box and the player."""
@@ -245,11 +250,12 @@ def make_device_env(env: Any, encoder: PromptEncoder) -> DeviceEnv:
         reset=_reset_fn(params),
         step=_step_fn(params),
         observe=lambda state: SokobanEnv().get_obs(state),
-        prompt=render_fn(tables, encoder.max_prompt_tokens),
+        prompt=render_fn(tables, longest),
         project=project_bytes,
         anchor_text=render_text,
         prompt_text=lambda grid, step, last: compact_content(step, last, grid),
-        prompt_width=encoder.max_prompt_tokens,
+        prompt_width=longest,  # no column every prompt leaves as padding
+        shared_prefix=tables.shared_prefix(),
     )
 
 
