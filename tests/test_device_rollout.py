@@ -204,6 +204,31 @@ def test_device_rollout_decodes_in_batches_of_the_engine_slots():
     _same_rollouts(host, rollout.collect(envs, fmt, policy, **kwargs))
 
 
+def test_the_last_live_rows_decode_in_a_smaller_batch_with_the_same_tokens(parts):
+    """``_decode_all`` decodes the last n/8 live rows in a batch of n/8. Sixteen rows with token
+    budgets 1 … 16 (the random policy runs to its budget, so rows stop one step apart and two
+    still run when the batch shrinks to 2), two of them finished before the turn: the same
+    tokens, token counts, reply bytes and stop positions as one loop over the whole batch, and
+    log-probs within 1e-5 (float32, differently shaped programs)."""
+    _, _, policy, rollout = parts
+    env, n, sampling = rollout.env, 16, policy.train_sampling
+    observation = jax.vmap(env.observe)(jax.vmap(env.reset)(jnp.arange(n, dtype=jnp.uint32)))
+    prompt, length = jax.vmap(env.prompt)(observation, jnp.ones(n, jnp.int32), -jnp.ones(n, int))
+    keys = jax.random.split(jax.random.key(7), n)
+    live = jnp.arange(n) % 8 != 3
+    params = policy.engine.params
+    state, reply = rollout._start(params, prompt, length, keys, live, sampling)
+    state = state._replace(budget=jnp.arange(1, n + 1, dtype=jnp.int32))
+    model = policy.engine._model(params)
+    ours, generated = rollout._decode_all(model, state, reply, sampling)
+    whole_state, whole = rollout._decode_while(model, state, reply, sampling, 0)
+    assert np.asarray(generated).tolist() == np.asarray(whole_state.generated).tolist()
+    assert int(generated[n - 1]) == n and int(generated[3]) == 0  # ran to its budget; finished
+    for field in ("tokens", "text", "text_length", "stopped_at"):
+        np.testing.assert_array_equal(getattr(ours, field), getattr(whole, field))
+    np.testing.assert_allclose(ours.log_probs, whole.log_probs, atol=LOG_PROB_TOL)
+
+
 def test_device_rollout_refuses_what_it_cannot_play(parts):
     _, tokenizer, policy, rollout = parts
     whole = rollout.env._replace(shared_prefix=rollout.env.prompt_width)  # no id left to prefill

@@ -256,6 +256,14 @@ class DeviceRollout:
     def _reply(self, params, prompt, prompt_length, keys, live, sampling) -> tuple[_Reply, Array]:
         """Prefill, draw the first tokens, then decode until every live reply has stopped.
         Returns the reply and its token count."""
+        state, reply = self._start(params, prompt, prompt_length, keys, live, sampling)
+        reply, generated = self._decode_all(self.engine._model(params), state, reply, sampling)
+        cut = jnp.where(reply.stopped_at >= 0, reply.stopped_at, reply.text_length)
+        return reply._replace(text_length=cut), generated
+
+    def _start(self, params, prompt, prompt_length, keys, live, sampling):
+        """The decode state after prefill (each row's first token drawn; finished rows done)
+        and empty replies."""
         engine = self.engine
         n, budget = prompt.shape[0], engine.config.max_new_tokens
         prefix = self._prefill(params, prompt, prompt_length, keys)
@@ -266,21 +274,44 @@ class DeviceRollout:
             engine.free_slots(n), rows, prefix.cache, rows, prompt_length, first, first_lp,
             jnp.int32(budget), slot_keys,
         )  # fmt: skip
-        state = state._replace(done=~live)
         width = (budget + 2) * self.byte_table.shape[1] + len(self.stop)  # slices never clamp
         reply = _Reply(
             jnp.zeros((n, budget), jnp.int32), jnp.zeros((n, budget), jnp.float32),
             jnp.zeros((n, width), jnp.uint8), jnp.zeros(n, jnp.int32), jnp.full(n, -1, jnp.int32),
         )  # fmt: skip
-        model = engine._model(params)
+        return state._replace(done=~live), reply
+
+    def _decode_all(self, model, state: DecodeState, reply: _Reply, sampling: SamplingParams):
+        """Decode until every reply has stopped; returns the replies and their token counts.
+
+        Most replies stop together and a few run on, so the batch decodes only while more than
+        an eighth of its rows are live; the live rows (at most n/8) are then gathered into a
+        batch of n/8 that decodes the rest, and scattered back. Rows decode independently (own
+        cache, keys and budget), so this changes the batch a row is computed in, not its tokens.
+        """
+        small = state.done.shape[0] // 8
+        state, reply = self._decode_while(model, state, reply, sampling, small)
+        if small == 0:
+            return reply, state.generated
+        rows = jnp.argsort(state.done, stable=True)[:small]  # the live rows first
+
+        def take(tree):
+            return jax.tree.map(lambda x: x[rows], tree)
+
+        part, part_reply = self._decode_while(model, take(state), take(reply), sampling, 0)
+        reply = jax.tree.map(lambda x, y: x.at[rows].set(y), reply, part_reply)
+        return reply, state.generated.at[rows].set(part.generated)
+
+    def _decode_while(self, model, state: DecodeState, reply: _Reply, sampling, live_rows: int):
+        """Decode steps (a ``lax.while_loop``) while more than ``live_rows`` rows are live."""
+
+        def more(c):
+            return jnp.sum(~c[0].done, dtype=jnp.int32) > live_rows
 
         def body(c):
-            state, reply = c
-            return self._decode(model, state, reply, sampling)
+            return self._decode(model, *c, sampling)
 
-        state, reply = jax.lax.while_loop(lambda c: ~c[0].done.all(), body, (state, reply))
-        cut = jnp.where(reply.stopped_at >= 0, reply.stopped_at, reply.text_length)
-        return reply._replace(text_length=cut), state.generated
+        return jax.lax.while_loop(more, body, (state, reply))
 
     def _decode(self, model, state: DecodeState, reply: _Reply, sampling: SamplingParams):
         """One engine decode step; its tokens appended to the replies, whose stop string ends
