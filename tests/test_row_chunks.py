@@ -1,6 +1,7 @@
 """map_row_chunks: a row-independent function over chunks of rows equals it over all rows."""
 
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -42,3 +43,11 @@ def test_chunks_see_consecutive_rows():
 def test_a_chunk_that_does_not_divide_the_rows_is_refused(chunk):
     with pytest.raises(ValueError, match=f"6 rows are not a multiple of the chunk size {chunk}"):
         map_row_chunks(_rowwise, (jnp.zeros((6, 3)), jnp.zeros(6)), chunk)
+
+
+@pytest.mark.parametrize(("chunk", "loops"), [(6, 0), (3, 1)])
+def test_a_single_chunk_runs_without_a_loop(chunk, loops):
+    """One chunk holding every row is ``fn`` itself (no ``lax.map`` loop in the program)."""
+    x, y = jnp.ones((6, 3)), jnp.ones(6)
+    jaxpr = jax.make_jaxpr(lambda x, y: map_row_chunks(_rowwise, (x, y), chunk))(x, y)
+    assert [e.primitive.name for e in jaxpr.eqns].count("scan") == loops

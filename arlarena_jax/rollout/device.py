@@ -227,8 +227,6 @@ class DeviceRollout:
         (measured: 512 rows at once ran at 0.83× the host path's turns per second)."""
         k = prompt.shape[0]
         batch = largest_divisor_at_most(k, self.engine.config.max_concurrent_decodes)
-        if batch == k:
-            return self._reply(params, prompt, prompt_length, keys, live, sampling)
 
         def one(*rows):
             return self._reply(params, *rows, sampling)
