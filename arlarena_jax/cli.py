@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arlarena_jax.compile_cache import enable_compilation_cache
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.objectives import dynamic_sampling, presets
 from arlarena_jax.objectives.compose import Objective
@@ -281,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     error) or 1 (unexpected), see :func:`report_error`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    enable_compilation_cache()
     try:
         return args.handler(args)
     except Exception as error:

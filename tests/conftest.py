@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile afresh: the command's persistent XLA cache (arlarena_jax/compile_cache.py) stays
+# off unless a test turns it on for a folder of its own.
+os.environ.setdefault("ARLARENA_XLA_CACHE", "off")
 
 # Tests of an optional extra skip, with the reason, where it is not installed. CI installs every
 # extra and names them in $ARLARENA_REQUIRE_EXTRAS (comma-separated), so that an extra that
