@@ -357,6 +357,18 @@ def test_prefill_batch_rows_equal_single_prefill(engine_for, sampling):
             np.testing.assert_allclose(ours[b, :, :n], theirs[0, :, :n], atol=1e-5)
 
 
+# The engine runs both prefills jitted; so does the law below (run eagerly, each of its examples
+# compiled over a thousand single operations).
+@functools.partial(jax.jit, static_argnames=("engine", "sampling", "start"))
+def prefill_rows(engine, params, tokens, lengths, keys, sampling, shared=None, start=0):
+    return engine._prefill_rows(params, tokens, lengths, keys, sampling, shared, start)
+
+
+@functools.partial(jax.jit, static_argnames=("engine", "width"))
+def shared_cache(engine, params, ids, width):
+    return engine._shared_cache(params, ids, width)
+
+
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -378,9 +390,9 @@ def test_shared_prefix_prefill_equals_plain_prefill(engine_for, shared, tails, s
     tokens, lengths = padded_batch(prompts, 16)
     keys = jax.random.split(jax.random.key(seed), len(prompts))
     tokens, lengths = jnp.asarray(tokens), jnp.asarray(lengths)
-    plain = engine._prefill_rows(params, tokens, lengths, keys, SAMPLED)
-    cache = engine._shared_cache(params, tokens[0, :shared], tokens.shape[1])
-    split = engine._prefill_rows(params, tokens, lengths, keys, SAMPLED, cache, shared)
+    plain = prefill_rows(engine, params, tokens, lengths, keys, SAMPLED)
+    cache = shared_cache(engine, params, tokens[0, :shared], tokens.shape[1])
+    split = prefill_rows(engine, params, tokens, lengths, keys, SAMPLED, cache, shared)
     np.testing.assert_allclose(split.logits, plain.logits, atol=1e-5)
     np.testing.assert_array_equal(split.token, plain.token)
     layers = zip(split.cache.k + split.cache.v, plain.cache.k + plain.cache.v, strict=True)
