@@ -1,22 +1,45 @@
-"""Test session setup: 8 simulated CPU devices for the multi-device tests.
+"""Test session setup: 8 simulated CPU devices for the multi-device tests, one compilation cache
+for the whole session, and what pytest-xdist's workers share (README, Development).
 
 XLA reads the flag when JAX initialises its backend, so it is set before any test imports JAX.
 """
 
+import fcntl
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 
 import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Tests compile afresh: the command's persistent XLA cache (arlarena_jax/compile_cache.py) stays
-# off unless a test turns it on for a folder of its own.
-os.environ.setdefault("ARLARENA_XLA_CACHE", "off")
+
+# Compile once per session: the command's persistent XLA cache (arlarena_jax/compile_cache.py) in
+# a folder of this session's own, made by the first process (pytest-xdist's controller) and
+# inherited through $ARLARENA_XLA_CACHE by its workers and by every `arlarena` process a test
+# starts, so a program that several tests, workers or runs build is compiled once. The folder goes
+# when the session ends. ARLARENA_XLA_CACHE=<folder> keeps the programs across sessions instead,
+# and ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give their child
+# processes folders of their own (tests/test_compile_cache.py).
+CACHE_OWNER = "ARLARENA_TEST_XLA_CACHE_OWNER"
+if "ARLARENA_XLA_CACHE" not in os.environ:
+    os.environ["ARLARENA_XLA_CACHE"] = tempfile.mkdtemp(prefix="arlarena-tests-xla-")
+    os.environ[CACHE_OWNER] = str(os.getpid())
+
+from arlarena_jax.compile_cache import enable_compilation_cache  # noqa: E402 (after the flags)
+
+enable_compilation_cache()
 
 # Tests of an optional extra skip, with the reason, where it is not installed. CI installs every
 # extra and names them in $ARLARENA_REQUIRE_EXTRAS (comma-separated), so that an extra that
 # installed but does not import fails the run instead of skipping its tests.
 REQUIRE_EXTRAS = "ARLARENA_REQUIRE_EXTRAS"
+
+
+def pytest_unconfigure(config):
+    if os.environ.get(CACHE_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["ARLARENA_XLA_CACHE"], ignore_errors=True)
 
 
 def pytest_configure(config):
@@ -40,6 +63,53 @@ def pytest_configure(config):
             raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires webshop: {error}") from None
 
 
+# ---- What pytest-xdist's workers share (the README's `-n auto`, `--dist loadfile`) ----
+# Each test file runs on one worker, so a module-scoped fixture is built once. A session-scoped
+# one would be built once per worker: those that are expensive are built once in a folder every
+# worker sees, under a lock, and host-wide state (the sandbox's uids and processes) is held by
+# one test at a time.
+
+
+def _shared_root(tmp_path_factory) -> "os.PathLike":
+    """The session's temporary root: the same folder for every xdist worker (each has its own
+    ``popen-gwN`` below it), or this process's own without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def _host_lock(path):
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)`` into ``<shared root>/name`` by the first worker that asks; the others
+    wait for it and reuse the folder. Returns the folder."""
+    root = _shared_root(tmp_path_factory)
+    folder = root / name
+    with _host_lock(root / f"{name}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+@pytest.fixture
+def one_sandbox_at_a_time(tmp_path_factory):
+    """Held by every test that starts math sandboxes: their uids are shared by every process on
+    the host, and tests/test_math_sandbox.py checks that none of their processes is left on the
+    host, so two workers must not run such tests at once."""
+    with _host_lock(_shared_root(tmp_path_factory) / "sandbox.lock"):
+        yield
+
+
 # ---- ALFWorld (docs/environments.md §4): the real engine and the shared evaluation problems ----
 
 SPEC_GAME = "look_at_obj_in_light-CD-None-DeskLamp-320/trial_T20190907_224451_655673"
@@ -58,7 +128,8 @@ def alfworld_problems(tmp_path_factory):
     tarball = default_tarball()
     if not tarball.is_file():
         pytest.skip(f"ALFWorld evaluation tarball absent: {tarball} (set ${TARBALL_ENV})")
-    return unpack(tarball, tmp_path_factory.mktemp("alfworld"))
+    folder = built_once(tmp_path_factory, "alfworld", lambda out: unpack(tarball, out))
+    return unpack(tarball, folder)  # unpacked already: the path of json_2.1.1/
 
 
 @pytest.fixture(scope="session")
@@ -76,18 +147,19 @@ def spec_game(alfworld_problems, tmp_path_factory):
 def alfworld_data_root(alfworld_problems, tmp_path_factory):
     """A data root (``env.data_path``) with the first candidate trial of every task type of
     valid_seen built into ``json_2.1.1/valid_seen`` and copied as ``json_2.1.1/train``."""
-    import shutil
-
     from envs.alfworld.data import find_trials, task_type_of
     from envs.alfworld.games import build_trials
 
-    first = {}
-    for trial in find_trials(alfworld_problems / "valid_seen"):
-        first.setdefault(task_type_of(trial), trial)
-    root = tmp_path_factory.mktemp("alfworld_root")
-    split = root / "json_2.1.1" / "valid_seen"
-    pairs = [(t, split / t.relative_to(alfworld_problems / "valid_seen")) for t in first.values()]
-    records = build_trials(pairs, workers=2)
-    assert len(records) == 6 and sum(r.solvable for r in records) >= 5, records
-    shutil.copytree(split, root / "json_2.1.1" / "train")
-    return root
+    def build(root):
+        first = {}
+        for trial in find_trials(alfworld_problems / "valid_seen"):
+            first.setdefault(task_type_of(trial), trial)
+        split = root / "json_2.1.1" / "valid_seen"
+        pairs = [
+            (t, split / t.relative_to(alfworld_problems / "valid_seen")) for t in first.values()
+        ]
+        records = build_trials(pairs, workers=2)
+        assert len(records) == 6 and sum(r.solvable for r in records) >= 5, records
+        shutil.copytree(split, root / "json_2.1.1" / "train")
+
+    return built_once(tmp_path_factory, "alfworld_root", build)

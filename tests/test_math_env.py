@@ -18,6 +18,10 @@ from envs.math.prompts import MATH_FORMAT, math_episode_metrics
 from envs.math.sandbox import ExecResult, SandboxConfig, run_many, run_python
 from envs.math.verify import Score
 
+# Sandboxes share host-wide uids, and tests/test_math_sandbox.py looks for their processes
+# host-wide: under pytest-xdist one worker at a time runs such tests (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_sandbox_at_a_time")
+
 PROBLEMS = (
     Problem(id="p0", question="What is 1+1?", answer="2", dataset="toy"),
     Problem(id="p1", question="Half of one?", answer="\\frac{1}{2}", dataset="toy"),

@@ -25,6 +25,10 @@ from envs.math.sandbox import (
     run_python,
 )
 
+# Sandboxes share host-wide uids, and tests/test_math_sandbox.py looks for their processes
+# host-wide: under pytest-xdist one worker at a time runs such tests (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_sandbox_at_a_time")
+
 CONFIG = SandboxConfig(timeout_s=3.0, cpu_s=5, memory_mb=1024, processes=16)
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("bwrap", "unshare" if os.geteuid() == 0 else "userns")
@@ -60,9 +64,12 @@ def sandbox_processes() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_remains():
+def nothing_remains(one_sandbox_at_a_time):  # the lock is released after this check
     yield
-    deadline = time.monotonic() + 5
+    # A killed snippet's processes exit at once, but the kernel tears down their namespaces (a
+    # tmpfs of a million files, say) in the exiting process: seconds more on a loaded machine
+    # (under pytest-xdist, 5 s once did not suffice).
+    deadline = time.monotonic() + 30
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sandbox_processes() == []
@@ -80,12 +87,14 @@ def test_a_plain_snippet_runs(run):
         (f"import os; print(os.listdir({os.path.expanduser('~')!r}))", ".bashrc"),
         (f"import os; print(os.listdir({PROJECT!r}))", "pyproject.toml"),
         ("print(open('/proc/1/environ').read())", "ARLARENA"),
-        (f"print(open('/proc/{os.getpid()}/cmdline').read())", "pytest"),
+        # this test process's own command line; {pid} is filled in when the test runs, so that
+        # the test's id is the same in every process (pytest-xdist's workers compare them)
+        ("print(open('/proc/{pid}/cmdline').read())", "pytest"),
     ],
 )
 def test_host_files_are_out_of_reach(code, secret, monkeypatch, run):
     monkeypatch.setenv("ARLARENA_SECRET", "ARLARENA-leaked")
-    result = run(code)
+    result = run(code.replace("{pid}", str(os.getpid())))
     assert secret not in result.stdout and "ARLARENA-leaked" not in result.stdout
 
 

@@ -25,10 +25,15 @@ from envs.text import ScriptedPolicy
 
 CONFIG = "configs/math/base_tiny.yaml"
 
-pytestmark = pytest.mark.skipif(
-    not (default_data_dir() / "aime2024.jsonl.gz").is_file(),
-    reason=f"{default_data_dir()} not found: set $ARLARENA_MATH_DATA to the math data folder",
-)
+# Sandboxes share host-wide uids, and tests/test_math_sandbox.py looks for their processes
+# host-wide: under pytest-xdist one worker at a time runs such tests (tests/conftest.py).
+pytestmark = [
+    pytest.mark.usefixtures("one_sandbox_at_a_time"),
+    pytest.mark.skipif(
+        not (default_data_dir() / "aime2024.jsonl.gz").is_file(),
+        reason=f"{default_data_dir()} not found: set $ARLARENA_MATH_DATA to the math data folder",
+    ),
+]
 
 
 def small(run_dir) -> list[str]:
