@@ -25,10 +25,6 @@ from envs.math.sandbox import (
     run_python,
 )
 
-# Sandboxes share host-wide uids, and tests/test_math_sandbox.py looks for their processes
-# host-wide: under pytest-xdist one worker at a time runs such tests (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("one_sandbox_at_a_time")
-
 CONFIG = SandboxConfig(timeout_s=3.0, cpu_s=5, memory_mb=1024, processes=16)
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("bwrap", "unshare" if os.geteuid() == 0 else "userns")
@@ -64,7 +60,9 @@ def sandbox_processes() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_remains(one_sandbox_at_a_time):  # the lock is released after this check
+def nothing_remains(one_sandbox_at_a_time):
+    # every test here holds the host-wide sandbox lock (tests/conftest.py), released after this
+    # check, so no other worker's sandbox can be running while it looks
     yield
     # A killed snippet's processes exit at once, but the kernel tears down their namespaces (a
     # tmpfs of a million files, say) in the exiting process: seconds more on a loaded machine
