@@ -1,11 +1,14 @@
 """Benchmark: ALFWorld reset and step latency on the real engine, and the host pool's throughput.
 
-Baseline (same run, same machine): :class:`envs.local.LocalEnvBatch`, the same N environments
-stepped one after another in this process (what a single-process rollout does). Measured:
+Baselines (same run, same machine): the engine's own parsers (``ARLARENA_ALFWORLD_MEMO=off``,
+:mod:`envs.alfworld.speedups`) for the latencies, and :class:`envs.local.LocalEnvBatch`, the same
+N environments stepped one after another in this process (what a single-process rollout does), for
+the pool. Measured:
 
 * reset latency (game load = Fast Downward translation, then the first state) and step latency of
   one :class:`envs.alfworld.env.AlfworldEnv`, over the expert walkthroughs of the first games of a
-  built split (one episode per game);
+  built split (one episode per game), with the engine's parsers memoised (the default) and
+  without, and their ratio;
 * expert episodes per second for N environments: :class:`envs.pool.EnvPool` with W worker
   processes against the in-process batch, on the same games and walkthroughs (the rollout's
   ``collect`` with the replayed expert), and their ratio.
@@ -21,6 +24,7 @@ name would shadow the ``alfworld`` package.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -28,6 +32,7 @@ import time
 from pathlib import Path
 
 from arlarena_jax.rollout import collect
+from envs.alfworld import speedups
 from envs.alfworld.data import JSON_DIR, find_games
 from envs.alfworld.env import AlfworldEnv, AlfworldFactory
 from envs.alfworld.expert import WalkthroughExpert, walkthrough
@@ -36,8 +41,25 @@ from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
 
 
+@contextlib.contextmanager
+def engine_memo(on: bool):
+    """The engine's parsers memoised (``on``) or as shipped, in this process, for the block."""
+    saved = dict(os.environ)
+    os.environ[speedups.SWITCH_ENV] = "on" if on else "off"
+    if on:
+        speedups.install()
+    else:
+        speedups.uninstall()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def latencies(games: list[str]) -> tuple[list[float], list[float]]:
-    """Reset and step wall times (seconds) over one expert episode per game."""
+    """Reset and step wall times (seconds) over one expert episode per game, each game's first
+    reset included (a fresh environment: nothing memoised from an earlier call)."""
     env = AlfworldEnv(games)
     resets, steps = [], []
     for seed in range(len(games)):
@@ -92,10 +114,17 @@ def main() -> None:
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {len(games)} games"
     )
-    resets, steps = latencies(games)
+    with engine_memo(False):
+        plain = latencies(games)
+    with engine_memo(True):
+        resets, steps = latencies(games)
     print("| latency | n | mean ms | median ms | p90 ms |\n|---|---|---|---|---|")
+    print(summary("reset, engine's parsers (baseline)", plain[0]))
+    print(summary("step, engine's parsers (baseline)", plain[1]))
     print(summary("reset (load + first state)", resets))
     print(summary("step", steps))
+    ratio = (sum(plain[0]) + sum(plain[1])) / (sum(resets) + sum(steps))
+    print(f"\nmemoised parsers: one expert episode per game {ratio:.2f}x faster than the baseline")
     seeds = list(range(args.envs))
     local = LocalEnvBatch(AlfworldFactory(tuple(games)), args.envs)
     baseline = episodes_per_second(local, tuple(games), seeds)

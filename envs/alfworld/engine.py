@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+from envs.alfworld import speedups
+
 INSTALL_HINT = 'pip install -e ".[alfworld]" (alfworld==0.4.2, textworld[pddl]==1.7.0)'
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "arlarena"
 
@@ -26,7 +28,8 @@ def available() -> bool:
 
 
 def alfworld() -> ModuleType:
-    """The ``alfworld`` package with ``alfworld.info`` loaded; a one-line ImportError if absent."""
+    """The ``alfworld`` package with ``alfworld.info`` loaded and the engine's parsers memoised
+    (:mod:`envs.alfworld.speedups`); a one-line ImportError if absent."""
     os.environ.setdefault("ALFWORLD_DATA", str(CACHE_DIR / "alfworld_data"))
     try:
         import alfworld as package
@@ -34,6 +37,7 @@ def alfworld() -> ModuleType:
         import textworld  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"ALFWorld needs the real engine: {INSTALL_HINT} ({exc})") from None
+    speedups.install()
     return package
 
 
