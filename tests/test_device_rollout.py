@@ -8,9 +8,6 @@ exactly; behaviour log-probs within 1e-5 (float32 logits of differently shaped p
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -212,16 +209,23 @@ def test_the_last_live_rows_decode_in_a_smaller_batch_with_the_same_tokens(parts
     log-probs within 1e-5 (float32, differently shaped programs)."""
     _, _, policy, rollout = parts
     env, n, sampling = rollout.env, 16, policy.train_sampling
-    observation = jax.vmap(env.observe)(jax.vmap(env.reset)(jnp.arange(n, dtype=jnp.uint32)))
-    prompt, length = jax.vmap(env.prompt)(observation, jnp.ones(n, jnp.int32), -jnp.ones(n, int))
-    keys = jax.random.split(jax.random.key(7), n)
-    live = jnp.arange(n) % 8 != 3
-    params = policy.engine.params
-    state, reply = rollout._start(params, prompt, length, keys, live, sampling)
-    state = state._replace(budget=jnp.arange(1, n + 1, dtype=jnp.int32))
-    model = policy.engine._model(params)
-    ours, generated = rollout._decode_all(model, state, reply, sampling)
-    whole_state, whole = rollout._decode_while(model, state, reply, sampling, 0)
+
+    @jax.jit  # one program, as in the rollout (eagerly, each operation compiled on its own)
+    def both_ways(params):
+        observation = jax.vmap(env.observe)(jax.vmap(env.reset)(jnp.arange(n, dtype=jnp.uint32)))
+        steps, last = jnp.ones(n, jnp.int32), -jnp.ones(n, jnp.int32)
+        prompt, length = jax.vmap(env.prompt)(observation, steps, last)
+        keys = jax.random.split(jax.random.key(7), n)
+        live = jnp.arange(n) % 8 != 3
+        state, reply = rollout._start(params, prompt, length, keys, live, sampling)
+        state = state._replace(budget=jnp.arange(1, n + 1, dtype=jnp.int32))
+        model = policy.engine._model(params)
+        return (
+            *rollout._decode_all(model, state, reply, sampling),
+            *rollout._decode_while(model, state, reply, sampling, 0),
+        )
+
+    ours, generated, whole_state, whole = both_ways(policy.engine.params)
     assert np.asarray(generated).tolist() == np.asarray(whole_state.generated).tolist()
     assert int(generated[n - 1]) == n and int(generated[3]) == 0  # ran to its budget; finished
     for field in ("tokens", "text", "text_length", "stopped_at"):
@@ -246,37 +250,31 @@ def test_device_rollout_refuses_what_it_cannot_play(parts):
         load_config(alfworld, ["env.device_rollout=true"])
 
 
-SHARDED = """
-import json, sys
-import numpy as np
-from arlarena_jax.train import build
-from arlarena_jax.train.config_io import load_config
-config = load_config(sys.argv[1], sys.argv[2:])
-tokenizer = build.build_tokenizer(config)
-mesh = build.build_mesh(config)
-model = build.build_model(config, tokenizer, mesh, seed=0)
-_, policy = build.build_policy(config, model, tokenizer, mesh)
-rollout = build.build_device_rollout(config, policy)
-envs = build.make_envs(config, 8)
-out = rollout.collect(envs, build.task_format(config), policy, group_seeds=[5, 6, 7, 8],
-                      group_size=2, max_turns=6, history_length=2)
-print(json.dumps([[r.response_ids, r.action, r.reward] for r in out.rows]))
-"""
+def _sharded_rollout(*mesh: str) -> list:
+    """The rows of four groups played by the on-device rollout of a random tiny policy built on
+    ``mesh`` (overrides; none: one device)."""
+    config = load_config(CONFIG, [*SMALL, "env.device_rollout=true", *mesh])
+    tokenizer = build.build_tokenizer(config)
+    mesh_ = build.build_mesh(config)
+    model = build.build_model(config, tokenizer, mesh_, seed=0)
+    _, policy = build.build_policy(config, model, tokenizer, mesh_)
+    rollout = build.build_device_rollout(config, policy)
+    envs = build.make_envs(config, 8)
+    out = rollout.collect(
+        envs,
+        build.task_format(config),
+        policy,
+        group_seeds=[5, 6, 7, 8],
+        group_size=2,
+        max_turns=6,
+        history_length=2,
+    )
+    return [[list(r.response_ids), r.action, r.reward] for r in out.rows]
 
 
-def test_device_rollout_runs_sharded_on_eight_devices(tmp_path):
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (tests/conftest.py's flags)")
+def test_device_rollout_runs_sharded_on_eight_devices():
     """On a simulated 8-device mesh (fsdp 4 × tensor 2) the program plays the same episodes as
     on one device (the same tokens, actions and rewards; sharded matmuls may round differently,
     which has not flipped a sample here)."""
-    script = tmp_path / "sharded.py"
-    script.write_text(SHARDED)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    args = [sys.executable, str(script), str(CONFIG), *SMALL, "env.device_rollout=true"]
-    outs = []
-    for mesh in (["mesh.fsdp=4", "mesh.tensor=2"], []):
-        done = subprocess.run(
-            [*args, *mesh], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        outs.append(done.stdout.strip().splitlines()[-1])
-    assert outs[0] == outs[1]
+    assert _sharded_rollout("mesh.fsdp=4", "mesh.tensor=2") == _sharded_rollout()

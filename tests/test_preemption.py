@@ -12,7 +12,6 @@ parameters, optimizer state and the step, and the step fixes the position in the
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -47,7 +46,7 @@ SMALL = [  # test_trainer's sizes; later overrides win
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    """The tiny-sokoban tokenizer, built once (saves ~10 s a start), and a compilation cache."""
+    """The tiny-sokoban tokenizer, built once (saves ~10 s a start)."""
     directory = tmp_path_factory.mktemp("shared")
     build_tokenizer(load_config(CONFIG, SMALL)).save_pretrained(directory / "tokenizer")
     return directory
@@ -60,14 +59,11 @@ def overrides(shared, run_dir) -> list[str]:
 def arlarena_train(shared, run_dir, marker: str, sig: int) -> tuple[int, str]:
     """Start ``arlarena train`` on ``run_dir``, send ``sig`` once a line contains ``marker``;
     (exit status, all output)."""
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(shared / "jax-cache"))
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # the session's compilation cache and flags (tests/conftest.py)
         [sys.executable, "-m", "arlarena_jax", "train", CONFIG, *overrides(shared, run_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=env,
     )
     watchdog = threading.Timer(240, proc.kill)
     watchdog.start()
