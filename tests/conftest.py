@@ -76,7 +76,8 @@ def pytest_configure(config):
 # one test at a time.
 
 
-# pytest-xdist hands the files out in collection order, and the alphabet put the longest files
+# pytest-xdist hands the files out in collection order (pyproject.toml: --no-loadscope-reorder;
+# by default it sorts them by their number of tests), and both orders put the longest files
 # (sweeps, trainers) last, where one ran alone while the other worker idled. The slowest files,
 # measured (README, "Keeping the suite fast"), are collected first; the rest keep their order.
 SLOWEST_FIRST = (
