@@ -76,28 +76,6 @@ def pytest_configure(config):
 # one test at a time.
 
 
-# pytest-xdist hands the files out in collection order (pyproject.toml: --no-loadscope-reorder;
-# by default it sorts them by their number of tests), and both orders put the longest files
-# (sweeps, trainers) last, where one ran alone while the other worker idled. The slowest files,
-# measured (README, "Keeping the suite fast"), are collected first; the rest keep their order.
-SLOWEST_FIRST = (
-    "test_trainer.py",
-    "test_sweep_run.py",
-    "test_sweep_evaluate.py",
-    "test_preemption.py",
-    "test_ppo_trainer.py",
-    "test_device_rollout.py",
-    "test_alfworld_trainer.py",
-    "test_math_trainer.py",
-    "test_textworld_trainer.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
-
-
 def _shared_root(tmp_path_factory) -> "os.PathLike":
     """The session's temporary root: the same folder for every xdist worker (each has its own
     ``popen-gwN`` below it), or this process's own without xdist."""
