@@ -58,7 +58,7 @@ def _play(path, walkthrough):
     return seen
 
 
-def test_a_game_plays_the_same_with_and_without_the_memo(spec_game):
+def test_a_game_plays_the_same_with_and_without_the_memo(spec_game, monkeypatch):
     import fast_downward
     import textworld.logic
     from textworld.envs.pddl import textgen
@@ -68,11 +68,14 @@ def test_a_game_plays_the_same_with_and_without_the_memo(spec_game):
     assert textgen._parse_and_convert.cache_info().hits > 0
     assert textworld.logic._parse_and_convert.cache_info().hits > 0
     assert fast_downward.pddl2sas.cache_info().hits > 0  # the reset after the load
+    monkeypatch.setenv(speedups.SWITCH_ENV, "off")  # play_env's engine() must not re-install it
     speedups.uninstall()
     try:
-        assert not hasattr(fast_downward.pddl2sas, "cache_info")
         plain = _play(spec_game.path, spec_game.walkthrough)
+        assert not hasattr(fast_downward.pddl2sas, "cache_info")  # the engine's own, throughout
+        assert not hasattr(textgen._parse_and_convert, "cache_info")
     finally:
+        monkeypatch.delenv(speedups.SWITCH_ENV)
         speedups.install()
     assert memoised == plain and plain[-1][2] is True  # the walkthrough wins, both ways
 
