@@ -91,13 +91,15 @@ def _keep_tokenizer(trained: Any, config: Any, job_dir: Path) -> Any:
     (saved in ``job_dir/tokenizer``; see module doc, 2.); unchanged otherwise."""
     from arlarena_jax.train import build
     from arlarena_jax.train.config_io import apply_overrides
+    from arlarena_jax.train.kept_tokenizer import kept_tokenizer
 
     name = config.model.tokenizer
     built = name is not None and name.startswith("tiny-") and not Path(name).exists()
     if not built or name != trained.model.tokenizer:
         return config
     folder = job_dir / TOKENIZER_DIR
-    build.build_tokenizer(trained).save_pretrained(str(folder))
+    kept = kept_tokenizer(trained)  # the run's own (None for a run from before it kept one)
+    (kept or build.build_tokenizer(trained)).save_pretrained(str(folder))
     return apply_overrides(config, [f"model.tokenizer={folder}"])
 
 

@@ -1,1 +1,5 @@
 """Training: behaviour cloning, RL, checkpoints, metrics, configs."""
+
+from arlarena_jax.tensorboardx_import import import_tensorboardx
+
+import_tensorboardx()  # before metrics.py and checkpoint.py import from it (see that module)

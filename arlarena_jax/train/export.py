@@ -37,7 +37,7 @@ def export_hf(
     Atomic: everything is written to ``.<name>.partial`` beside ``directory``, which then takes
     its place by renames, so ``directory`` always holds a complete export (the previous one until
     the new one is in place) and an interrupted export leaves only the partial folder."""
-    return _write_atomically(
+    return write_atomically(
         Path(directory), lambda staging: _write_export(staging, model, tokenizer, config)
     )
 
@@ -50,10 +50,10 @@ def export_critic(directory: str | Path, critic: QwenValueModel, tokenizer: Any)
         save_value_pretrained(critic, staging)
         tokenizer.save_pretrained(staging)
 
-    return _write_atomically(Path(directory), write)
+    return write_atomically(Path(directory), write)
 
 
-def _write_atomically(directory: Path, write: Callable[[Path], None]) -> Path:
+def write_atomically(directory: Path, write: Callable[[Path], None]) -> Path:
     """``write`` into ``.<name>.partial`` beside ``directory``, then rename it into place."""
     staging = directory.with_name(f".{directory.name}.partial")
     if staging.exists():

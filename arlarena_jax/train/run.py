@@ -67,6 +67,7 @@ from arlarena_jax.train.critic import (
 from arlarena_jax.train.demos import demonstrations
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_critic, export_hf
+from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
@@ -203,7 +204,7 @@ class Run:
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
         self.mesh = build.build_mesh(config)
-        self.tokenizer = build.build_tokenizer(config)
+        self.tokenizer = run_tokenizer(config)  # kept in run_dir/tokenizer when built
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
         self.objective = build.build_objective(config)
         self.task_format = build.task_format(config)  # the env's prompts, looked up once
