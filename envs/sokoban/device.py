@@ -2,15 +2,21 @@
 
 The compact prompt (``env.prompt: compact``) is rendered as token ids straight from the grid:
 
-    ids = F0 + STEP[step] + F1 + WORD[last action] + F2 + grid + F3
+    ids = F0 + STEP[step] + F1 + WORD[last action] + F2 + ROW[r_0] + … + ROW[r_{d-1}] + F3
 
-where the grid is every cell's fixed ids (row by row, the newline's ids between rows) and the F's
-are the fixed stretches of the chat-templated prompt. The tables are cut from the host encoder's
-own output (common prefixes and suffixes over every step number and every action word), then the
-renderer is checked against the host encoding of every step, every word and grids holding every
-cell kind; a tokenizer that merges a cell with its neighbours fails that check with one line.
-The ``tiny-sokoban`` tokenizer encodes each grid symbol alone (``EnvSpec.tokenizer_isolate``), so
-it passes; the real Qwen vocabulary merges runs of ``#`` and does not.
+where the F's are the fixed stretches of the chat-templated prompt and ``ROW[r]`` the ids of a
+grid row with its newline (``"#_OX_#\n"``), looked up by the row's inner cells as a base-7
+number ``r`` (every room's border is wall, and walls never move). The row table therefore holds
+the merges of any byte-level BPE: the tokenizer's own ids for each of the 7^(d−2) rows, however
+it merges neighbouring cells (the real Qwen vocabulary merges runs of ``#``; the ``tiny-sokoban``
+one learns merges such as ``##`` or ``#_``). This is exact when the tokenizer's pre-tokenizer
+never joins text across the start of a row or after its newline, which holds for Qwen's and
+GPT-2's split patterns (a row starts with ``#`` after a newline; a newline ends a piece). It is
+checked, not assumed: every row is encoded in the context of a grid against the table, and whole
+prompts of sample rooms against the renderer; a tokenizer that fails is one ConfigError line.
+
+The step, word and fixed tables are cut from the host encoder's own output (common prefixes and
+suffixes over every step number and every action word).
 
 The projection is :func:`envs.sokoban.prompts.project_sokoban` on the reply's bytes: the first
 ``<action>`` and ``</action>`` of the lower-cased reply, the first keyword (up, down, left, right,
@@ -40,7 +46,6 @@ from envs.sokoban.prompts import SOKOBAN_ACTION_NAMES, SOKOBAN_COMPACT, SOKOBAN_
 from envs.sokoban.render import (
     BOX,
     BOX_ON_TARGET,
-    FLOOR,
     PLAYER,
     PLAYER_ON_TARGET,
     SYMBOLS,
@@ -84,34 +89,65 @@ def _find(seq: list[int], part: list[int]) -> int:
     return next((i for i in range(len(seq) - m + 1) if seq[i : i + m] == part), -1)
 
 
+KINDS = len(SYMBOLS)  # cell codes 0 … 6
+MAX_ROW_TABLE = KINDS**6  # rows of up to 8 cells; 9x9 rooms and up use the host rollout
+
+
+def row_key(inner: Sequence[int]) -> int:
+    """A row's table index: its inner cells (border walls left out) as a base-7 number, the
+    first inner cell most significant."""
+    key = 0
+    for code in inner:
+        key = key * KINDS + int(code)
+    return key
+
+
+def row_text(key: int, dim: int) -> str:
+    """The row of table index ``key`` in a ``dim``-wide room, with its newline."""
+    inner = []
+    for _ in range(dim - 2):
+        key, code = divmod(key, KINDS)
+        inner.append(code)
+    return "#" + "".join(SYMBOLS[c] for c in reversed(inner)) + "#\n"
+
+
 class PromptTables:
     """The renderer's id tables (see module doc), cut from the host encoder."""
 
     def __init__(self, encoder: PromptEncoder, max_turns: int, grid: np.ndarray):
         full = encoder.prompt
+        self.dim = dim = int(np.asarray(grid).shape[0])
+        if KINDS ** (dim - 2) > MAX_ROW_TABLE:
+            raise ConfigError(
+                f"env.sokoban.dim_room: the on-device prompt's row table holds 7^(dim-2) rows, "
+                f"at most {MAX_ROW_TABLE} (8x8 rooms); {dim}x{dim} rooms need the host rollout "
+                "(env.device_rollout=false)"
+            )
         by_step = [full(compact_content(s, -1, grid)) for s in range(1, max_turns + 1)]
         p0, steps, _ = _middles(by_step) if max_turns > 1 else (0, [[]], 0)
         self.f0 = by_step[0][:p0]
         by_word = [full(compact_content(1, a, grid)) for a in range(-1, len(WORDS) - 1)]
         p1, words, q1 = _middles(by_word)
         self.f1 = by_word[0][len(self.f0) + len(steps[0]) : p1]
-        self.cells = [encoder.text(s) for s in SYMBOLS]
-        self.newline = encoder.text("\n")
+        self.rows = [encoder.text(row_text(k, dim)) for k in range(KINDS ** (dim - 2))]
         rest = by_word[0][len(by_word[0]) - q1 :]
         body = self.grid_ids(grid)
         at = _find(rest, body)
         if at < 0 or len(self.f0) + len(steps[0]) > p1:
-            raise ValueError("the compact prompt's grid is not encoded cell by cell")
+            raise ConfigError(
+                "env.device_rollout: the tokenizer does not encode the compact Sokoban prompt's "
+                "grid row by row; use the host rollout (env.device_rollout=false)"
+            )
         self.f2, self.f3 = rest[:at], rest[at + len(body) :]
         self.steps, self.words = steps, words
 
+    def keys(self, grid: np.ndarray) -> list[int]:
+        """Host: each row's table index."""
+        return [row_key(row[1:-1]) for row in np.asarray(grid).tolist()]
+
     def grid_ids(self, grid: np.ndarray) -> list[int]:
-        """Host: the grid's ids from the cell and newline tables."""
-        rows = [[t for c in row for t in self.cells[c]] for row in np.asarray(grid).tolist()]
-        out = rows[0]
-        for row in rows[1:]:
-            out = out + self.newline + row
-        return out
+        """Host: the grid's ids (newlines included) from the row table."""
+        return [t for k in self.keys(grid) for t in self.rows[k]]
 
     def ids(self, step: int, last_action: int, grid: np.ndarray) -> list[int]:
         """Host: the renderer's ids, for checking against the encoder."""
@@ -130,17 +166,42 @@ class PromptTables:
         F0 + STEP[s] + F1, so its first len(F0) + min len(STEP) + len(F1) ids do."""
         return len(self.f0) + min(map(len, self.steps)) + len(self.f1)
 
-    def longest(self, dim: int, num_boxes: int) -> int:
-        """The most ids a prompt of a ``dim`` × ``dim`` grid with ``num_boxes`` boxes can take:
-        walls or floor everywhere, except a target and a box per box and the player."""
-        size = [len(c) for c in self.cells]
-        base = max(size[WALL], size[FLOOR])
-        extra = 2 * num_boxes * max(0, size[TARGET] - base, size[BOX] - base)
-        extra += num_boxes * max(0, size[BOX_ON_TARGET] - base)
-        extra += max(0, size[PLAYER] - base, size[PLAYER_ON_TARGET] - base)
-        cells = dim * dim * base + extra + (dim - 1) * len(self.newline)
+    def longest(self, num_boxes: int) -> int:
+        """The most ids a prompt can take: its two wall rows and the longest choice of inner
+        rows holding at most one player, ``num_boxes`` boxes and ``num_boxes`` targets."""
         fixed = len(self.f0) + len(self.f1) + len(self.f2) + len(self.f3)
-        return fixed + max(map(len, self.steps)) + max(map(len, self.words)) + cells
+        fixed += max(map(len, self.steps)) + max(map(len, self.words))
+        walls = len(self.rows[row_key([WALL] * (self.dim - 2))])
+        return fixed + 2 * walls + _longest_rows(self.rows, self.dim, num_boxes)
+
+
+def _row_counts(key: int, dim: int) -> tuple[int, int, int]:
+    """(players, boxes, targets) in the row of table index ``key``."""
+    text = row_text(key, dim)
+    players = text.count(SYMBOLS[PLAYER]) + text.count(SYMBOLS[PLAYER_ON_TARGET])
+    boxes = text.count(SYMBOLS[BOX]) + text.count(SYMBOLS[BOX_ON_TARGET])
+    targets = text.count(SYMBOLS[TARGET]) + text.count(SYMBOLS[BOX_ON_TARGET])
+    return players, boxes, targets + text.count(SYMBOLS[PLAYER_ON_TARGET])
+
+
+def _longest_rows(rows: list[list[int]], dim: int, num_boxes: int) -> int:
+    """The most ids ``dim − 2`` inner rows can take together under the room's limits (a dynamic
+    programme over rows; the state is the players, boxes and targets used so far)."""
+    best_by_counts: dict[tuple[int, int, int], int] = {}
+    for key, ids in enumerate(rows):
+        counts = _row_counts(key, dim)
+        if counts[0] <= 1 and max(counts[1:]) <= num_boxes:
+            best_by_counts[counts] = max(best_by_counts.get(counts, 0), len(ids))
+    states = {(0, 0, 0): 0}
+    for _ in range(dim - 2):
+        after: dict[tuple[int, int, int], int] = {}
+        for used, total in states.items():
+            for counts, length in best_by_counts.items():
+                p, b, t = (u + c for u, c in zip(used, counts, strict=True))
+                if p <= 1 and b <= num_boxes and t <= num_boxes:
+                    after[(p, b, t)] = max(after.get((p, b, t), 0), total + length)
+        states = after
+    return max(states.values())
 
 
 def check_grids(dim: int, rooms: np.ndarray) -> list[np.ndarray]:
@@ -155,18 +216,28 @@ def check_grids(dim: int, rooms: np.ndarray) -> list[np.ndarray]:
     return [*rooms, every]
 
 
+def _refuse(what: str) -> ConfigError:
+    return ConfigError(
+        f"env.device_rollout: the tokenizer does not encode the compact Sokoban prompt row by "
+        f"row ({what}); use the host rollout (env.device_rollout=false)"
+    )
+
+
 def verify(tables: PromptTables, encoder: PromptEncoder, max_turns: int, grids) -> None:
-    """The renderer equals the host encoding on every step, every word and every grid given."""
+    """The renderer equals the host encoding: every table row in the middle of a walled grid,
+    and whole prompts of every step, every word and every grid given."""
+    dim = tables.dim
+    walls = row_text(row_key([WALL] * (dim - 2)), dim)
+    wall_ids = tables.rows[row_key([WALL] * (dim - 2))]
+    for key, ids in enumerate(tables.rows):
+        if encoder.text(walls + row_text(key, dim) + walls) != wall_ids + ids + wall_ids:
+            raise _refuse(f"row {row_text(key, dim)[:-1]!r} in a grid")
     cases = [(s, -1, grids[0]) for s in range(1, max_turns + 1)]
     cases += [(max_turns, a, grids[0]) for a in range(-1, len(WORDS) - 1)]
     cases += [(1, -1, g) for g in grids] + [(2 if max_turns > 1 else 1, 1, g) for g in grids]
     for step, last, grid in cases:
         if tables.ids(step, last, grid) != encoder.prompt(compact_content(step, last, grid)):
-            raise ConfigError(
-                "env.device_rollout: the tokenizer does not encode the compact Sokoban prompt "
-                f"cell by cell (step {step}, last action {WORDS[last + 1]}); use the tiny-sokoban "
-                "tokenizer or the host rollout"
-            )
+            raise _refuse(f"step {step}, last action {WORDS[last + 1]}")
 
 
 def render_fn(tables: PromptTables, width: int):
@@ -174,8 +245,8 @@ def render_fn(tables: PromptTables, width: int):
     const = {k: jnp.asarray(getattr(tables, k), jnp.int32) for k in ("f0", "f1", "f2", "f3")}
     steps, step_len = (jnp.asarray(a) for a in pad_rows(tables.steps))
     words, word_len = (jnp.asarray(a) for a in pad_rows(tables.words))
-    cells, cell_len = (jnp.asarray(a) for a in pad_rows(tables.cells))
-    newline = jnp.asarray(tables.newline, jnp.int32)
+    rows, row_len = (jnp.asarray(a) for a in pad_rows(tables.rows))
+    powers = jnp.asarray([KINDS**j for j in reversed(range(tables.dim - 2))], jnp.int32)
 
     def table_row(table, lengths, i):
         return table[i], jnp.arange(table.shape[1]) < lengths[i]
@@ -184,20 +255,16 @@ def render_fn(tables: PromptTables, width: int):
         return const[name], jnp.ones(const[name].shape, bool)
 
     def render(grid: Array, step: Array, last_action: Array) -> tuple[Array, Array]:
-        dim = grid.shape[0]
-        codes = grid.astype(jnp.int32)
-        cell_ids = cells[codes].reshape(dim, -1)
-        cell_ok = (jnp.arange(cells.shape[1]) < cell_len[codes][..., None]).reshape(dim, -1)
-        nl_ok = jnp.broadcast_to(jnp.arange(dim)[:, None] < dim - 1, (dim, newline.shape[0]))
-        grid_ids = jnp.concatenate([cell_ids, jnp.broadcast_to(newline, nl_ok.shape)], 1)
-        grid_ok = jnp.concatenate([cell_ok, nl_ok], 1)
+        keys = grid[:, 1:-1].astype(jnp.int32) @ powers  # each row's table index
+        grid_ids = rows[keys].reshape(-1)
+        grid_ok = (jnp.arange(rows.shape[1]) < row_len[keys][:, None]).reshape(-1)
         pieces = [
             fixed("f0"),
             table_row(steps, step_len, step - 1),
             fixed("f1"),
             table_row(words, word_len, last_action + 1),
             fixed("f2"),
-            (grid_ids.reshape(-1), grid_ok.reshape(-1)),
+            (grid_ids, grid_ok),
             fixed("f3"),
         ]
         return pack_segments(pieces, width)
@@ -240,7 +307,7 @@ def make_device_env(env: Any, encoder: PromptEncoder) -> DeviceEnv:
     rooms = batch.grids()
     tables = PromptTables(encoder, env.max_turns, rooms[0])
     verify(tables, encoder, env.max_turns, check_grids(params.dim_room, rooms))
-    longest = tables.longest(params.dim_room, params.num_boxes)
+    longest = tables.longest(params.num_boxes)
     if longest > encoder.max_prompt_tokens:
         raise ConfigError(
             f"sampler.max_prefill_length: the compact Sokoban prompt can take {longest} tokens, "

@@ -14,7 +14,6 @@ from arlarena_jax.errors import InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
 from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT
-from envs.sokoban.render import SYMBOLS
 from envs.text import Expert
 
 DEMO_BATCH = 64  # rooms the expert plays at once
@@ -73,7 +72,6 @@ SOKOBAN = EnvSpec(
     expert=expert,
     settings=SokobanConfig,
     tokenizer_episodes=256,
-    tokenizer_isolate="".join(SYMBOLS),  # one token per grid cell (the on-device prompt)
     device_env=device_env,
     paper={"train_batch_size": 32, "group_size": 8, "max_turns": 15, "history_length": 2},
     ignores={
