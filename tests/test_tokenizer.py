@@ -118,6 +118,19 @@ def test_training_compresses_the_corpus(tiny):
     assert len(tiny(text, add_special_tokens=False)["input_ids"]) < len(text.encode()) / 2
 
 
+def test_isolated_characters_are_never_merged_with_their_neighbours():
+    """``isolate`` (EnvSpec.tokenizer_isolate): a grid that the plain tokenizer compresses is
+    encoded one token per isolated character, and other text still merges."""
+    grids = ["#####\n#_OX#\n#__P#\n#####"] * 200
+    plain = train_tiny(grids, vocab_size=320)
+    alone = train_tiny(grids, vocab_size=320, isolate="#_OXP")
+    row = "#__OX_P#"
+    assert len(plain(row, add_special_tokens=False)["input_ids"]) < len(row)
+    ids = alone(row, add_special_tokens=False)["input_ids"]
+    assert ids == [alone(c, add_special_tokens=False)["input_ids"][0] for c in row]
+    assert alone.decode(ids) == row
+
+
 def test_vocab_too_small_for_bytes_and_added_tokens():
     with pytest.raises(ValueError, match=r"vocab_size 200 .* at least 282"):
         train_tiny(CORPUS, vocab_size=200)
