@@ -29,7 +29,15 @@ from arlarena_jax.train import build
 from arlarena_jax.train.config_io import load_config
 from envs.base import Observation
 from envs.device import PromptEncoder
-from envs.sokoban.device import WORDS, compact_content, make_device_env, project_bytes
+from envs.sokoban.device import (
+    WORDS,
+    PromptTables,
+    compact_content,
+    make_device_env,
+    project_bytes,
+    row_key,
+    row_text,
+)
 from envs.sokoban.prompts import project_sokoban, sokoban_compact_prompt
 from envs.sokoban.render import (
     BOX,
@@ -37,6 +45,7 @@ from envs.sokoban.render import (
     FLOOR,
     PLAYER,
     PLAYER_ON_TARGET,
+    SYMBOLS,
     TARGET,
     WALL,
     render_text,
@@ -104,6 +113,19 @@ def test_a_tokenizer_that_merges_across_rows_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^env.device_rollout: .* row by row") as error:
         make_device_env(config.env, _encoder(wrap(raw)))
     assert "\n" not in str(error.value)
+
+
+@given(inner=st.lists(st.integers(0, 6), min_size=4, max_size=6))
+def test_a_row_key_names_its_row(inner):
+    """row_text(row_key(cells)) is the walled row of those inner cells with its newline."""
+    text = row_text(row_key(inner), len(inner) + 2)
+    assert text == "#" + "".join(SYMBOLS[c] for c in inner) + "#\n"
+
+
+def test_rooms_over_8x8_are_refused_in_one_line():
+    unused = PromptEncoder(prompt=lambda _: [], text=lambda _: [], max_prompt_tokens=0)
+    with pytest.raises(ConfigError, match=r"^env.sokoban.dim_room: .* 9x9 rooms need the host"):
+        PromptTables(unused, 6, np.zeros((9, 9), np.int8))
 
 
 def test_compact_content_is_the_host_prompt():

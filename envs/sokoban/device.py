@@ -108,7 +108,8 @@ def row_text(key: int, dim: int) -> str:
     for _ in range(dim - 2):
         key, code = divmod(key, KINDS)
         inner.append(code)
-    return "#" + "".join(SYMBOLS[c] for c in reversed(inner)) + "#\n"
+    wall = SYMBOLS[WALL]
+    return wall + "".join(SYMBOLS[c] for c in reversed(inner)) + wall + "\n"
 
 
 class PromptTables:
