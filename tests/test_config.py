@@ -75,8 +75,9 @@ def test_every_method_preset_runs_from_the_tiny_base(tiny, method):
 
 
 def test_the_main_job_file_is_the_base_plus_its_method_on_device(tiny):
+    """The main job is the base, SAMPO, the on-device rollout and the RL curve's evaluations."""
     assert load_config(CONFIGS / "sokoban" / "sampo_tiny.yaml") == apply_overrides(
-        tiny, ["algorithm.method=sampo", "env.device_rollout=true"]
+        tiny, ["algorithm.method=sampo", "env.device_rollout=true", "trainer.eval_every=7"]
     )
 
 
