@@ -72,6 +72,7 @@ from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvB
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
 from arlarena_jax.train.rl import UpdateSetup, cached, collect_batch, update_policy
+from arlarena_jax.train.run_lock import hold_run_dir
 from arlarena_jax.train.sft import CloneState, SFTJob, prepare_sft
 from arlarena_jax.train.start import START_STEP
 from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
@@ -203,6 +204,17 @@ class Run:
         self.run_dir = Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
+        lock = hold_run_dir(self.run_dir, jax.process_index())  # before anything is written
+        if lock is not None:
+            self._closing.callback(lock.release)
+        try:
+            self._build(config)
+        except BaseException:
+            self._closing.close()  # a start that fails releases the directory
+            raise
+
+    def _build(self, config: Config) -> None:
+        """The run's pieces (see :meth:`__init__`)."""
         self.mesh = build.build_mesh(config)
         self.tokenizer = run_tokenizer(config)  # kept in run_dir/tokenizer when built
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
@@ -236,7 +248,7 @@ class Run:
         self._cloned = False  # cloning finished in this process (its policy not saved yet)
         self._closing.callback(self._close_cloning)
         self._timer = Timer()
-        self._progress = ConsoleProgress(config.trainer.total_steps) if console else None
+        self._progress = ConsoleProgress(config.trainer.total_steps) if self.console else None
 
     # -- lifetime -------------------------------------------------------------------------------
 

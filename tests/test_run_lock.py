@@ -1,0 +1,111 @@
+"""One owner per run directory (arlarena_jax/train/run_lock.py): a second holder is one line
+naming the first, a lock left by a killed process is taken over, a failed start releases it, and
+the CLI exits 2 on a held directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from arlarena_jax.train.run_lock import LOCK_FILE, RunDirInUse, RunDirLock, hold_run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def holder(run_dir: Path) -> subprocess.Popen:
+    """A process that takes the lock, says so, and sleeps until killed."""
+    code = f"""
+        import sys, time
+        from arlarena_jax.train.run_lock import RunDirLock
+        RunDirLock({str(run_dir)!r})
+        print("held", flush=True)
+        time.sleep(600)
+        """
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_second_holder_is_one_line_naming_the_first(tmp_path):
+    first = RunDirLock(tmp_path / "run")
+    with pytest.raises(RunDirInUse) as error:
+        RunDirLock(tmp_path / "run")
+    message = str(error.value)
+    assert message == (
+        f"run directory {tmp_path / 'run'} is in use by process {os.getpid()} on host "
+        f"{socket.gethostname()}"
+    )
+    first.release()
+    first.release()  # idempotent
+    assert (tmp_path / "run" / LOCK_FILE).read_text() == ""  # a clean release erases the owner
+    RunDirLock(tmp_path / "run").release()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
+    child = holder(tmp_path / "run")
+    try:
+        with pytest.raises(RunDirInUse, match=f"in use by process {child.pid} on host"):
+            RunDirLock(tmp_path / "run")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    lock = RunDirLock(tmp_path / "run")
+    assert f"taking over the lock of process {child.pid}" in capsys.readouterr().err
+    lock.release()
+
+
+def test_only_process_0_of_a_multi_host_run_holds_it(tmp_path):
+    assert hold_run_dir(tmp_path / "run", process_index=1) is None
+    lock = hold_run_dir(tmp_path / "run", process_index=0)
+    assert lock is not None
+    lock.release()
+
+
+def test_a_failed_start_releases_the_directory(tmp_path):
+    from arlarena_jax.train.config_io import load_config
+    from arlarena_jax.train.run import Run
+
+    config = load_config(
+        ROOT / "configs/sokoban/base_tiny.yaml",
+        [f"trainer.run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'missing'}"],
+    )
+    for _ in range(2):  # the second start would be refused if the first had kept the lock
+        with pytest.raises(FileNotFoundError, match="no tokenizer files"):
+            Run(config, console=False)
+
+
+def test_the_cli_refuses_a_held_directory_in_one_line(tmp_path):
+    child = holder(tmp_path / "run")
+    try:
+        start = time.monotonic()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "arlarena_jax",
+                "eval",
+                str(ROOT / "configs/sokoban/base_tiny.yaml"),
+                f"trainer.run_dir={tmp_path / 'run'}",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"is in use by process {child.pid}" in lines[0], done.stderr
+    assert time.monotonic() - start < 120  # refused at once, nothing built
