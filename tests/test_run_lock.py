@@ -77,7 +77,11 @@ def test_a_failed_start_releases_the_directory(tmp_path):
 
     config = load_config(
         ROOT / "configs/sokoban/base_tiny.yaml",
-        [f"trainer.run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'missing'}"],
+        [
+            f"trainer.run_dir={tmp_path / 'run'}",
+            f"model.path={tmp_path / 'missing'}",
+            "model.tokenizer=null",
+        ],
     )
     for _ in range(2):  # the second start would be refused if the first had kept the lock
         with pytest.raises(FileNotFoundError, match="no tokenizer files"):
