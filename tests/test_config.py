@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arlarena_jax.objectives.presets import PRESETS
-from arlarena_jax.train.config import Config, ConfigError, resolve, validate
+from arlarena_jax.train.config import Config, ConfigError, check_numbers, resolve, validate
 from arlarena_jax.train.config_io import (
     apply_overrides,
     config_from_dict,
@@ -343,3 +343,29 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("trainer:\n  run_dir: caf\u00e9\n".encode("latin-1"))
     _raises(load_config, path, match="not UTF-8 text (byte 0xe9 at offset 23)")
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("optim.lr=1e999", "config key 'optim.lr': must be a finite number, got inf"),
+        ("critic.optim.lr=1e999", "config key 'critic.optim.lr': must be a finite number"),
+        ("optim.betas=[0.9,1e999]", "config key 'optim.betas': must be a finite number"),
+        (
+            "env.group_size=4000000000",
+            "config key 'env.group_size': must lie within ±2,147,483,647",
+        ),
+        ("trainer.eval_episodes=2147483648", "config key 'trainer.eval_episodes': must lie within"),
+    ],
+)
+def test_absurd_numbers_are_one_line_naming_the_key(override, words):
+    """Issue 37 B1-B3: infinities and integers beyond int32 are refused before anything runs."""
+    with pytest.raises(ConfigError) as error:
+        load_config(CONFIGS / "sokoban" / "base_tiny.yaml", [override])
+    assert str(error.value).startswith(words) and "\n" not in str(error.value)
+
+
+def test_every_shipped_config_has_finite_int32_numbers():
+    for path in sorted(CONFIGS.glob("*/*.yaml")):
+        if path.parent.name != "sweeps":
+            check_numbers(load_config(path))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import difflib
+import math
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -434,9 +435,38 @@ def default_run_dir(config: Config) -> str:
     return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
 
 
+INT32_MAX = 2**31 - 1  # sizes, steps and seeds reach JAX programs as int32
+
+
+def _number_problems(value: Any, key: str) -> Iterator[tuple[str, str]]:
+    """``(key, message)`` for every number under ``value`` (a section, a sequence or a scalar)
+    that is not finite or does not fit int32."""
+    if dataclasses.is_dataclass(value):
+        for field in dataclasses.fields(value):
+            yield from _number_problems(getattr(value, field.name), f"{key}.{field.name}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _number_problems(item, key)
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield key, f"must be a finite number, got {value!r}"
+    elif isinstance(value, int) and abs(value) > INT32_MAX:
+        yield key, f"must lie within ±{INT32_MAX:,} (int32), got {value:,}"
+
+
+def check_numbers(config: Config) -> None:
+    """Every float of ``config`` is finite and every integer fits int32 (one line naming the
+    first key that is not)."""
+    for field in dataclasses.fields(config):
+        for key, message in _number_problems(getattr(config, field.name), field.name):
+            _fail(key, message)
+
+
 def validate(config: Config) -> Config:
     """Check the rules that span fields; return ``config`` unchanged or raise ConfigError."""
     env, sampler, trainer, mesh = config.env, config.sampler, config.trainer, config.mesh
+    check_numbers(config)
     _check_model(config.model)
     _at_least(env, "env", 1, "train_batch_size", "group_size", "max_turns", "eval_batch_size")
     _at_least(env, "env", 0, "history_length", "seed", "eval_seed", "num_workers")
