@@ -356,6 +356,7 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
             "config key 'env.group_size': must lie within ±2,147,483,647",
         ),
         ("trainer.eval_episodes=2147483648", "config key 'trainer.eval_episodes': must lie within"),
+        ("trainer.seed=9223372036854775808", "config key 'trainer.seed': must lie within ±9,223"),
     ],
 )
 def test_absurd_numbers_are_one_line_naming_the_key(override, words):

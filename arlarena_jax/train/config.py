@@ -435,12 +435,13 @@ def default_run_dir(config: Config) -> str:
     return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
 
 
-INT32_MAX = 2**31 - 1  # sizes, steps and seeds reach JAX programs as int32
+INT32_MAX = 2**31 - 1  # sizes and steps reach JAX programs as int32
+INT64_MAX = 2**63 - 1  # seeds feed jax.random.key and NumPy generators, which take 64 bits
 
 
 def _number_problems(value: Any, key: str) -> Iterator[tuple[str, str]]:
     """``(key, message)`` for every number under ``value`` (a section, a sequence or a scalar)
-    that is not finite or does not fit int32."""
+    that is not finite or does not fit int32 (int64 for seeds: ``seed``, ``eval_seed``)."""
     if dataclasses.is_dataclass(value):
         for field in dataclasses.fields(value):
             yield from _number_problems(getattr(value, field.name), f"{key}.{field.name}")
@@ -451,13 +452,15 @@ def _number_problems(value: Any, key: str) -> Iterator[tuple[str, str]]:
         return
     elif isinstance(value, float) and not math.isfinite(value):
         yield key, f"must be a finite number, got {value!r}"
-    elif isinstance(value, int) and abs(value) > INT32_MAX:
+    elif isinstance(value, int) and key.endswith("seed") and abs(value) > INT64_MAX:
+        yield key, f"must lie within ±{INT64_MAX:,} (int64), got {value:,}"
+    elif isinstance(value, int) and not key.endswith("seed") and abs(value) > INT32_MAX:
         yield key, f"must lie within ±{INT32_MAX:,} (int32), got {value:,}"
 
 
 def check_numbers(config: Config) -> None:
-    """Every float of ``config`` is finite and every integer fits int32 (one line naming the
-    first key that is not)."""
+    """Every float of ``config`` is finite and every integer fits int32, a seed int64 (one line
+    naming the first key that is not)."""
     for field in dataclasses.fields(config):
         for key, message in _number_problems(getattr(config, field.name), field.name):
             _fail(key, message)
