@@ -90,12 +90,12 @@ def _keep_tokenizer(trained: Any, config: Any, job_dir: Path) -> Any:
     """``config`` reading the run's own tokenizer where it is a built ``tiny-<env>`` one
     (saved in ``job_dir/tokenizer``; see module doc, 2.); unchanged otherwise."""
     from arlarena_jax.train import build
+    from arlarena_jax.train.config import is_built_tokenizer
     from arlarena_jax.train.config_io import apply_overrides
     from arlarena_jax.train.kept_tokenizer import kept_tokenizer
 
     name = config.model.tokenizer
-    built = name is not None and name.startswith("tiny-") and not Path(name).exists()
-    if not built or name != trained.model.tokenizer:
+    if not is_built_tokenizer(name) or name != trained.model.tokenizer:
         return config
     folder = job_dir / TOKENIZER_DIR
     kept = kept_tokenizer(trained)  # the run's own (None for a run from before it kept one)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -28,7 +27,13 @@ from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.sampler import Engine, EngineConfig
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
-from arlarena_jax.train.config import Config, ConfigError, check_mesh_devices, method_settings
+from arlarena_jax.train.config import (
+    Config,
+    ConfigError,
+    check_mesh_devices,
+    is_built_tokenizer,
+    method_settings,
+)
 from arlarena_jax.train.update import TRAINER_INPUTS
 from envs import registry
 from envs.base import EnvBatch
@@ -96,7 +101,7 @@ def demonstrations(config: Config, seeds) -> list:
 def build_tokenizer(config: Config) -> Any:
     """The run's tokenizer (see module doc for the built "tiny-<env>" vocabularies)."""
     name = config.model.tokenizer
-    if name is not None and name.startswith("tiny-") and not Path(name).exists():
+    if is_built_tokenizer(name):
         spec = env_spec(config)
         if name != f"tiny-{spec.name}" or spec.expert is None or spec.tokenizer_episodes < 1:
             built = [f"tiny-{n}" for n in registry.names() if registry.get(n).expert is not None]

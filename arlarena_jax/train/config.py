@@ -23,6 +23,7 @@ import difflib
 import math
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from arlarena_jax.errors import ConfigError
@@ -433,6 +434,11 @@ def default_run_dir(config: Config) -> str:
     """``runs/<env>/<method>_seed<seed>``."""
     method = preset_key(config.algorithm.method)
     return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
+
+
+def is_built_tokenizer(name: str | None) -> bool:
+    """Whether ``model.tokenizer`` names a built ``tiny-<env>`` vocabulary (no such folder)."""
+    return name is not None and name.startswith("tiny-") and not Path(name).exists()
 
 
 INT32_MAX = 2**31 - 1  # sizes and steps reach JAX programs as int32

@@ -21,18 +21,12 @@ from typing import Any
 
 from arlarena_jax.tokenization import load_tokenizer
 from arlarena_jax.train.build import build_tokenizer
-from arlarena_jax.train.config import Config, ConfigError, resolve
+from arlarena_jax.train.config import Config, ConfigError, is_built_tokenizer, resolve
 from arlarena_jax.train.export import write_atomically
 from arlarena_jax.train.start import start_key
 
 TOKENIZER_DIR = "tokenizer"
 KEY_FILE = "arlarena_start_key.txt"
-
-
-def is_built(config: Config) -> bool:
-    """Whether ``model.tokenizer`` names a built ``tiny-<env>`` vocabulary (not a folder)."""
-    name = config.model.tokenizer
-    return name is not None and name.startswith("tiny-") and not Path(name).exists()
 
 
 def _kept_key(folder: Path) -> str | None:
@@ -44,7 +38,7 @@ def kept_tokenizer(config: Config) -> Any | None:
     """The built tokenizer kept by the run (``run_dir/tokenizer``), else by its shared start, of
     this config's cloning settings; None when there is none (or the tokenizer is not a built
     one). A kept folder that does not load is a one-line ConfigError naming it."""
-    if not is_built(config):
+    if not is_built_tokenizer(config.model.tokenizer):
         return None
     config = resolve(config)
     folders = [Path(config.trainer.run_dir) / TOKENIZER_DIR]
@@ -66,12 +60,14 @@ def kept_tokenizer(config: Config) -> Any | None:
 def run_tokenizer(config: Config) -> Any:
     """The run's tokenizer: the kept one (:func:`kept_tokenizer`), else ``build_tokenizer``'s; a
     built vocabulary the run does not keep yet is saved in ``run_dir/tokenizer`` (atomically)."""
+    config = resolve(config)
     tokenizer = kept_tokenizer(config)
     if tokenizer is None:
         tokenizer = build_tokenizer(config)
-    folder = Path(resolve(config).trainer.run_dir) / TOKENIZER_DIR
-    key = start_key(resolve(config)) if is_built(config) else None
-    if key is not None and _kept_key(folder) != key:
+    if not is_built_tokenizer(config.model.tokenizer):
+        return tokenizer
+    folder, key = Path(config.trainer.run_dir) / TOKENIZER_DIR, start_key(config)
+    if _kept_key(folder) != key:
 
         def write(staging: Path) -> None:
             tokenizer.save_pretrained(str(staging))

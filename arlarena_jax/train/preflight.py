@@ -18,7 +18,13 @@ from typing import Any
 
 from arlarena_jax.models.hf_io import SAFETENSORS_INDEX, SAFETENSORS_SINGLE
 from arlarena_jax.tokenization.load import TOKENIZER_FILES
-from arlarena_jax.train.config import Config, ConfigError, ModelConfig, resolve
+from arlarena_jax.train.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    is_built_tokenizer,
+    resolve,
+)
 
 ADVICE = "use another trainer.run_dir or the same"
 
@@ -44,7 +50,7 @@ def check_tokenizer_path(model: ModelConfig) -> None:
     """A tokenizer read from a directory (``model.tokenizer``, or ``model.path`` when it is null)
     finds its files there; the built ``tiny-<env>`` names are checked when built."""
     name = model.tokenizer
-    if name is not None and name.startswith("tiny-") and not Path(name).exists():
+    if is_built_tokenizer(name):
         return
     key, path = ("model.tokenizer", Path(name)) if name is not None else ("model.path", None)
     path = path if path is not None else Path(model.path or "")

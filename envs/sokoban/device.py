@@ -131,6 +131,7 @@ class PromptTables:
         p1, words, q1 = _middles(by_word)
         self.f1 = by_word[0][len(self.f0) + len(steps[0]) : p1]
         self.rows = [encoder.text(row_text(k, dim)) for k in range(KINDS ** (dim - 2))]
+        self.wall_key = row_key([WALL] * (dim - 2))  # the all-wall row (first and last)
         rest = by_word[0][len(by_word[0]) - q1 :]
         body = self.grid_ids(grid)
         at = _find(rest, body)
@@ -172,8 +173,8 @@ class PromptTables:
         rows holding at most one player, ``num_boxes`` boxes and ``num_boxes`` targets."""
         fixed = len(self.f0) + len(self.f1) + len(self.f2) + len(self.f3)
         fixed += max(map(len, self.steps)) + max(map(len, self.words))
-        walls = len(self.rows[row_key([WALL] * (self.dim - 2))])
-        return fixed + 2 * walls + _longest_rows(self.rows, self.dim, num_boxes)
+        fixed += 2 * len(self.rows[self.wall_key])
+        return fixed + _longest_rows(self.rows, self.dim, num_boxes)
 
 
 def _row_counts(key: int, dim: int) -> tuple[int, int, int]:
@@ -228,8 +229,7 @@ def verify(tables: PromptTables, encoder: PromptEncoder, max_turns: int, grids) 
     """The renderer equals the host encoding: every table row in the middle of a walled grid,
     and whole prompts of every step, every word and every grid given."""
     dim = tables.dim
-    walls = row_text(row_key([WALL] * (dim - 2)), dim)
-    wall_ids = tables.rows[row_key([WALL] * (dim - 2))]
+    walls, wall_ids = row_text(tables.wall_key, dim), tables.rows[tables.wall_key]
     for key, ids in enumerate(tables.rows):
         if encoder.text(walls + row_text(key, dim) + walls) != wall_ids + ids + wall_ids:
             raise _refuse(f"row {row_text(key, dim)[:-1]!r} in a grid")
