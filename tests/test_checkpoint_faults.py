@@ -25,6 +25,7 @@ from arlarena_jax.train.checkpoint import (
     QUARANTINE,
     Checkpointer,
     CheckpointError,
+    fallback_notice,
     verify_step,
 )
 from arlarena_jax.train.metrics import MetricsWriter, read_scalars
@@ -106,20 +107,50 @@ def remove_commit_marker(d: Path) -> None:
     (d / "commit_success.txt").unlink()
 
 
-CORRUPTIONS = {  # name -> (corruption of step 3, caught by verify_step or only by restoring)
-    "truncated raw array data": (truncate_raw_data, False),
-    "truncated node data file": (truncate_node_file, True),
-    "truncated manifest.ocdbt": (truncate_manifest, True),
-    "truncated top manifest.ocdbt": (truncate_top_manifest, True),
-    "missing state/_METADATA": (remove_state_metadata, True),
-    "unreadable host JSON": (garble_host_json, True),
-    "missing commit marker": (remove_commit_marker, True),
+def remove_raw_data(d: Path) -> None:
+    data_files(d, raw=True)[0].unlink()
+
+
+def remove_node_file(d: Path) -> None:
+    data_files(d, raw=False)[0].unlink()
+
+
+def flip_bit(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def flip_raw_data_frame(d: Path) -> None:
+    """A flipped bit in the zstd frame header (a flip inside a raw value goes unnoticed: OCDBT
+    values carry no checksum and zarr's zstd frames none either)."""
+    flip_bit(data_files(d, raw=True)[0], 0)
+
+
+def flip_node_file(d: Path) -> None:
+    node = data_files(d, raw=False)[0]
+    flip_bit(node, node.stat().st_size // 2)  # the header still frames it; its CRC-32C fails
+
+
+CORRUPTIONS = {  # name -> (corruption of step 3, "cheap": caught by verify_step, else the reason)
+    "truncated raw array data": (truncate_raw_data, "truncated"),
+    "missing raw array data": (remove_raw_data, "missing"),
+    "bit-flipped raw array data": (flip_raw_data_frame, "unreadable"),
+    "missing node data file": (remove_node_file, "missing"),
+    "bit-flipped node data file": (flip_node_file, "unreadable"),
+    "truncated node data file": (truncate_node_file, "cheap"),
+    "truncated manifest.ocdbt": (truncate_manifest, "cheap"),
+    "truncated top manifest.ocdbt": (truncate_top_manifest, "cheap"),
+    "missing state/_METADATA": (remove_state_metadata, "cheap"),
+    "unreadable host JSON": (garble_host_json, "cheap"),
+    "missing commit marker": (remove_commit_marker, "cheap"),
 }
 
 
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
 def test_a_corrupt_newest_step_falls_back_and_is_quarantined(tmp_path, name):
-    corrupt, cheap = CORRUPTIONS[name]
+    corrupt, expected = CORRUPTIONS[name]
+    cheap = expected == "cheap"
     save_steps(tmp_path, [1, 2, 3])
     corrupt(tmp_path / "3")
     assert (verify_step(tmp_path / "3") is not None) == cheap
@@ -130,19 +161,32 @@ def test_a_corrupt_newest_step_falls_back_and_is_quarantined(tmp_path, name):
         assert restored.step == 2 and restored.host_state == {"s": 2}
         assert_state(restored.train_state, 2)
         assert ckpt.all_steps() == [1, 2] and ckpt.latest_step() == 2
-        assert len(lines) + len(restored.skipped) == 1  # one notice, at start or at restore
+        assert len(lines) == 1 and "\n" not in lines[0]  # one notice, at start or at restore
         if not cheap:
             (bad,) = restored.skipped
-            assert (
-                bad.step == 3
-                and "\n" not in bad.reason
-                and bad.moved_to.endswith("3-restore-failed")
-            )
+            assert (bad.step, bad.reason) == (3, expected)
+            assert bad.moved_to == str(tmp_path / QUARANTINE / f"3-{expected}")
+            assert bad.file.startswith("state/") and (Path(bad.moved_to) / bad.file).parent.is_dir()
+            assert lines[0] == fallback_notice(bad, 2)
+            assert f"{bad.file} is {expected}" in lines[0] and "resuming from step 2" in lines[0]
         assert ckpt.save(3, tiny(3), {"s": 3})  # the resumed run saves step 3 again
     (moved,) = (tmp_path / QUARANTINE).iterdir()
     assert moved.name.startswith("3-") and (moved / "state").is_dir()  # kept for inspection
     with Checkpointer(tmp_path, keep=3) as ckpt:  # quarantine is not a step for orbax
         assert ckpt.all_steps() == [1, 2, 3] and ckpt.latest_step() == 3
+
+
+def test_the_file_at_fault_is_named(tmp_path):
+    """Truncated and missing files are found from the OCDBT index before orbax reads them: the
+    notice names the file, and its recorded and actual sizes."""
+    save_steps(tmp_path, [1, 2])
+    raw = data_files(tmp_path / "2", raw=True)[0]
+    size = raw.stat().st_size
+    raw.write_bytes(raw.read_bytes()[:100])
+    with Checkpointer(tmp_path, keep=3, report=lambda line: None) as ckpt:
+        (bad,) = ckpt.restore_latest_valid(tiny(0)).skipped
+    assert bad.file == str(raw.relative_to(tmp_path / "2"))
+    assert bad.detail.startswith("100 of ") and int(bad.detail.split()[2]) <= size
 
 
 def test_data_files_holding_several_nodes_and_values_verify(tmp_path):
@@ -347,6 +391,9 @@ def test_run_flushes_metrics_at_save_and_reports_a_fallback_in_one_line(tmp_path
     truncate_raw_data(tmp_path / "checkpoints" / "2")
     with Run(config, console=False) as run:
         assert run.resume() == 1 and run.host.step == 1
-    (line,) = capsys.readouterr().out.strip().splitlines()
-    assert line.startswith("arlarena: checkpoint step 2 cannot be restored (")
-    assert "resuming from step 1" in line and "quarantine/2-restore-failed" in line
+    out, err = capsys.readouterr()
+    assert "arlarena:" not in out
+    (line,) = [line for line in err.splitlines() if line.startswith("arlarena:")]
+    assert line.startswith("arlarena: checkpoint step 2 cannot be restored: state/")
+    assert " is truncated (" in line and "bytes); resuming from step 1" in line
+    assert line.endswith("quarantine/2-truncated)")

@@ -21,8 +21,11 @@ Crash safety. A step is valid (:func:`verify_step`) when its commit marker
 (``commit_success.txt``), orbax's ``_CHECKPOINT_METADATA`` with a commit time and its three items
 are present and readable: ``host`` and ``meta`` JSON, ``state/_METADATA``, the OCDBT manifests
 (magic, length and CRC-32C) and the header of every OCDBT node file. The check reads only metadata
-and headers; raw array data (zstd) is checked by restoring it, and
-:meth:`Checkpointer.restore_latest_valid` falls back to the previous step when that fails. When a
+and headers. Before restoring a step, :meth:`Checkpointer.restore_latest_valid` walks its OCDBT
+index: a node or array value whose file is gone is ``missing``, one whose file is shorter than its
+byte range ``truncated``, a node that fails its CRC-32C (or a value orbax cannot decode)
+``unreadable``; it then falls back to the previous step, moves the bad one to
+``<dir>/quarantine/<step>-<reason>`` and reports the file and the reason in one line. When a
 :class:`Checkpointer` starts and before each save, an invalid step folder is either the remains of
 an interrupted deletion (``keep`` newer valid steps exist), which is finished off, or else moved
 aside to ``<dir>/quarantine/<step>-<reason>`` (never deleted) and reported in one line. A step is
@@ -56,6 +59,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from orbax.checkpoint.checkpoint_managers import preservation_policy as keep_policy
@@ -151,11 +155,24 @@ class _Invalid(Exception):
     """Why a step folder is not a valid checkpoint (a few words)."""
 
 
+class Damage(NamedTuple):
+    """What is wrong with a step's array data: ``reason`` is ``missing``, ``truncated`` or
+    ``unreadable``; ``file`` the file at fault, relative to the step folder (``state`` where none
+    is known); ``detail`` a few words (the sizes, or the reader's error)."""
+
+    reason: str
+    file: str
+    detail: str = ""
+
+
 class Fallback(NamedTuple):
-    """A step that failed to restore, why, and where its folder was moved."""
+    """A step that failed to restore, why (a :class:`Damage` reason, the file, the detail) and
+    where its folder was moved (``<dir>/quarantine/<step>-<reason>``)."""
 
     step: int
     reason: str
+    file: str
+    detail: str
     moved_to: str
 
 
@@ -262,6 +279,117 @@ def verify_step(path: str | Path | epath.Path) -> str | None:
     return None
 
 
+class _Scan(NamedTuple):
+    """The array data of a step checked against its OCDBT index: the first :class:`Damage` found
+    (None: every referenced byte range is on disk), and the file holding each stored key."""
+
+    damage: Damage | None
+    files: dict[str, str]
+
+
+def _ocdbt_location(location: str) -> tuple[str, int]:
+    """``<kind>:<base path>:<relative path>:<offset>:<length>`` (tensorstore's dump notation):
+    the file (relative to the OCDBT directory) and the end of the byte range."""
+    _, rest = location.split(":", 1)
+    path, offset, length = rest.rsplit(":", 2)
+    return path.replace(":", "", 1), int(offset) + int(length)
+
+
+def _kvstore(directory: epath.Path) -> ts.KvStore:
+    url = str(directory).rstrip("/") + "/"
+    return ts.KvStore.open(url if "://" in url else f"file://{url}").result()
+
+
+class _Walk:
+    """The B+tree walk of :func:`_scan_state`: every node and out-of-line value it references
+    must lie within its file (``missing``/``truncated``) and every node must decode (its CRC-32C
+    and compression are checked by tensorstore: ``unreadable``)."""
+
+    def __init__(self, state: epath.Path) -> None:
+        self.state, self.base = state, _kvstore(state)
+        self.sizes: dict[str, int | None] = {}
+        self.files: dict[str, str] = {}
+
+    def _range(self, location: str) -> tuple[str, Damage | None]:
+        path, end = _ocdbt_location(location)
+        name = f"state/{path}"
+        if path not in self.sizes:
+            try:
+                self.sizes[path] = (self.state / path).stat().length
+            except FileNotFoundError:
+                self.sizes[path] = None
+        size = self.sizes[path]
+        if size is None:
+            return name, Damage("missing", name)
+        return name, Damage("truncated", name, f"{size} of {end} bytes") if size < end else None
+
+    def node(self, location: str, prefix: bytes) -> Damage | None:
+        name, damage = self._range(location)
+        if damage:
+            return damage
+        try:
+            node = ts.ocdbt.dump(self.base, location).result()
+        except Exception as err:  # a bad CRC-32C, zstd frame or encoding
+            return Damage("unreadable", name, _reason(err))
+        for entry in node.get("entries", []):
+            key = prefix + entry.get("key", b"")
+            if "location" in entry:  # an interior node: its child's keys drop the common prefix
+                damage = self.node(entry["location"], prefix + entry["subtree_common_prefix"])
+            elif "indirect_value" in entry:
+                self.files[key.decode("utf-8", "replace")], damage = self._range(
+                    entry["indirect_value"]
+                )
+            else:
+                self.files[key.decode("utf-8", "replace")] = name
+            if damage:
+                return damage
+        return None
+
+
+def _scan_state(step_dir: epath.Path) -> _Scan:
+    """Check the ``state`` item's array data against orbax's index before it is restored.
+
+    Orbax records no file sizes of its own (``_METADATA`` and ``array_metadatas`` hold shapes and
+    chunk shapes only); the sizes come from the OCDBT index, read with tensorstore's public
+    ``ts.ocdbt.dump``: the manifest's newest version names the root B+tree node, each node names
+    its children and the out-of-line values (raw zstd chunks) as (file, offset, length). A file
+    not on disk is ``missing``, one shorter than a range in it ``truncated``, a node that does not
+    decode ``unreadable``. Limits: raw values carry no checksum, so a flipped bit inside one is
+    found only if decoding it fails (orbax's restore, see :func:`_unreadable`) and otherwise goes
+    unnoticed; a database whose versions sit in version-tree nodes (not written by orbax) and one
+    without OCDBT are not walked."""
+    state = step_dir / "state"
+    try:
+        if not json.loads((state / "_METADATA").read_text()).get("use_ocdbt", True):
+            return _Scan(None, {})
+        walk = _Walk(state)
+    except Exception as err:
+        return _Scan(Damage("unreadable", "state", _reason(err)), {})
+    try:
+        manifest = ts.ocdbt.dump(walk.base).result()
+    except Exception as err:
+        return _Scan(Damage("unreadable", "state/manifest.ocdbt", _reason(err)), {})
+    versions = manifest.get("versions") or [{}]
+    root = versions[-1].get("root", {}).get("location")
+    return _Scan(walk.node(root, b"") if root else None, walk.files)
+
+
+def _unreadable(err: BaseException, files: dict[str, str]) -> Damage:
+    """The :class:`Damage` of a step whose files are all there but fail to restore: the file that
+    holds the key tensorstore names (``Error reading "w/0" ...``), else the ``state`` item."""
+    causes, cause = [], err
+    while cause is not None and len(causes) < 8:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for cause in causes:
+        found = re.search(r'Error reading "([^"]*)"[^:]*(?:"[^"]*")?: (.*)', str(cause))
+        if found:
+            detail = f"reading {found[1]}: {found[2].splitlines()[0]}"
+            detail = detail if len(detail) <= 120 else detail[:117] + "..."
+            return Damage("unreadable", files.get(found[1], "state"), detail)
+    return Damage("unreadable", "state", _reason(err))
+
+
 def read_params(
     directory: str | Path, step: int, abstract_params: PyTree, *, key: str = "params"
 ) -> tuple[PyTree, dict]:
@@ -312,6 +440,21 @@ def _reason(err: BaseException) -> str:
     text = str(err).strip().split("\n", 1)[0].split(" See full", 1)[0]
     line = f"{type(err).__name__}: {text}" if text else type(err).__name__
     return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _damage_text(damage: Damage) -> str:
+    """``state/d/ab12 is truncated (1141 of 1940 bytes)``."""
+    detail = f" ({damage.detail})" if damage.detail else ""
+    return f"{damage.file} is {damage.reason}{detail}"
+
+
+def fallback_notice(bad: Fallback, resumed: int) -> str:
+    """The one-line notice of a step skipped on restore, naming its file and why."""
+    damage = Damage(bad.reason, bad.file, bad.detail)
+    return (
+        f"checkpoint step {bad.step} cannot be restored: {_damage_text(damage)}; resuming from "
+        f"step {resumed} (step {bad.step} moved to {bad.moved_to})"
+    )
 
 
 def _slug(reason: str) -> str:
@@ -613,38 +756,47 @@ class Checkpointer:
 
     def restore_latest_valid(self, abstract_train_state: PyTree) -> Restored | None:
         """Restore the newest valid step that restores (see :meth:`restore`), or None if there is
-        no checkpoint. A newer step that fails to restore is skipped (listed in
-        ``Restored.skipped``) and, once an older one has restored, moved to the quarantine folder.
-        A target that does not fit the checkpoint raises :class:`CheckpointError` at once; if no
-        step restores, nothing is moved and the newest step's error is raised."""
+        no checkpoint. Each step's array data is first checked against its index
+        (:func:`_scan_state`: a file missing or truncated); a step that fails that check or
+        orbax's restore (``unreadable``) is skipped (listed in ``Restored.skipped``) and, once an
+        older one has restored, moved to ``quarantine/<step>-<reason>`` and reported in one line
+        (``report``). A target that does not fit the checkpoint raises :class:`CheckpointError` at
+        once; if no step restores, nothing is moved and the newest step's error is raised."""
         self.wait()
-        failed: list[tuple[int, str]] = []
+        failed: list[tuple[int, Damage]] = []
         for step in reversed(self.valid_steps()):
+            scan = _scan_state(self._path(step))
+            if scan.damage is not None:
+                failed.append((step, scan.damage))
+                continue
             try:
                 tree, host = self.restore(abstract_train_state, step)
             except CheckpointError:
                 raise
             except Exception as err:  # corrupt data: orbax and tensorstore raise many types
-                failed.append((step, _reason(err)))
+                failed.append((step, _unreadable(err, scan.files)))
                 continue
-            skipped = tuple(self._set_aside(bad, reason) for bad, reason in failed)
+            skipped = tuple(self._set_aside(bad, damage) for bad, damage in failed)
             if skipped:
                 self._manager.reload()
+            for bad in skipped:
+                self._report(fallback_notice(bad, step))
             return Restored(step, tree, host, skipped)
         if failed:
-            step, reason = failed[0]
+            step, damage = failed[0]
             raise CheckpointError(
-                f"no checkpoint in {self.directory} can be restored; step {step}: {reason}"
+                f"no checkpoint in {self.directory} can be restored; step {step}: "
+                f"{_damage_text(damage)}"
             )
         return None
 
-    def _set_aside(self, step: int, reason: str) -> Fallback:
+    def _set_aside(self, step: int, damage: Damage) -> Fallback:
         """Quarantine a step that failed to restore (primary host); its :class:`Fallback`."""
-        moved = self.directory / QUARANTINE / f"{step}-restore-failed"
+        moved = self.directory / QUARANTINE / f"{step}-{damage.reason}"
         if jax.process_index() == 0 and self._path(step).exists():
-            moved = self._quarantine(self._path(step), "restore failed")
+            moved = self._quarantine(self._path(step), damage.reason)
         _sync("set_aside")
-        return Fallback(step, reason, str(moved))
+        return Fallback(step, damage.reason, damage.file, damage.detail, str(moved))
 
     def reached_preemption(self, step: int) -> bool:
         """JAX's multi-host pre-emption sync point (False without ``jax.distributed``)."""

@@ -331,18 +331,13 @@ class Run:
 
     def resume(self) -> int | None:
         """Restore the newest checkpoint that verifies and restores (device and host state); its
-        step, or None. A newer one that fails to restore is reported in one line and set aside."""
+        step, or None. A newer one that fails to restore is set aside, with one line on stderr
+        naming its file and why (missing, truncated or unreadable)."""
         target = abstract_like(self.train_state().as_tree())
         restored = self.checkpointer.restore_latest_valid(target)
         if restored is None:
             return None
-        step, tree, host, skipped = restored
-        for bad in skipped:
-            print(
-                f"arlarena: checkpoint step {bad.step} cannot be restored ({bad.reason}); "
-                f"resuming from step {step} (step {bad.step} moved to {bad.moved_to})",
-                flush=True,
-            )
+        step, tree, host, _ = restored  # a skipped step: reported by the checkpointer
         self.state = TrainState.from_tree(tree)
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
