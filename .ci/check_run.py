@@ -52,7 +52,10 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     check(bool(files), f"no TensorBoard event file in {run_dir / 'tensorboard'}")
     acc = event_accumulator.EventAccumulator(str(run_dir / "tensorboard"), size_guidance={})
     acc.Reload()
-    scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    scalars = {  # a step redone after a resume counts once, with its last value
+        tag: sorted({e.step: e.value for e in acc.Scalars(tag)}.items())
+        for tag in acc.Tags()["scalars"]
+    }
     for tag in ("sft/loss", "actor/pg_loss", "actor/grad_norm", "val/success_rate"):
         check(bool(scalars.get(tag)), f"TensorBoard has no {tag!r} scalars")
         check(all(np.isfinite(v) for _, v in scalars[tag]), f"a non-finite {tag!r} scalar")

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from arlarena_jax.arena.report.events import read_events
 from arlarena_jax.train.checkpoint import (
     DELETING,
     QUARANTINE,
@@ -391,6 +392,13 @@ def test_run_flushes_metrics_at_save_and_reports_a_fallback_in_one_line(tmp_path
     truncate_raw_data(tmp_path / "checkpoints" / "2")
     with Run(config, console=False) as run:
         assert run.resume() == 1 and run.host.step == 1
+        run.host.step = 2  # step 2 redone, logged in a new event file
+        run.writer.scalars(2, {"actor/pg_loss": 7.0})
+        assert run.save(force=True)
+    # each (tag, step) once, with the redone step's value, for the trainer's and the report's reader
+    assert read_scalars(tmp_path / "tensorboard")["actor/pg_loss"] == [(1, 0.5), (2, 7.0)]
+    series = read_events(tmp_path / "tensorboard").scalars["actor/pg_loss"]
+    assert (series.steps.tolist(), series.values.tolist()) == ([1, 2], [0.5, 7.0])
     out, err = capsys.readouterr()
     assert "arlarena:" not in out
     (line,) = [line for line in err.splitlines() if line.startswith("arlarena:")]

@@ -358,3 +358,53 @@ def test_embedded_images_and_no_plots(tmp_path: Path):
     report = build_report([tmp_path / "runs"], tmp_path / "b", plots=False)
     assert report.plots == [] and not (tmp_path / "b" / "plots").exists()
     assert "<img" not in (tmp_path / "b" / "report.html").read_text()
+
+
+def test_a_run_resumed_after_a_fallback_counts_each_step_once(tmp_path: Path):
+    """Steps 1-10 logged, 9-10 logged again in the same file, then a resume from step 5 (a new
+    event file, started within the same second) logs 6-12: each (tag, step) counts once, with
+    its last value; the old branch's texts of a redone step are gone, a step's two texts kept."""
+    from arlarena_jax.train.metrics import MetricsWriter, read_scalars
+
+    run = make_run(tmp_path, "run")
+    log = run / "tensorboard"
+    with MetricsWriter(log) as first:
+        for step in range(1, 11):
+            first.scalars(step, {"episode/success_rate": step / 100})
+        first.scalars(0, {"val/success_rate": 0.5})
+        first.scalars(10, {"val/success_rate": 0.9})  # the abandoned branch's best
+        first.text(3, "stability", "kl drift at 3")
+        first.text(7, "stability", "spike at 7")
+        first.text(7, "stability", "kl drift at 7")
+        for step in (9, 10):
+            first.scalars(step, {"episode/success_rate": step / 100 + 0.5})
+    before = read_events(log)
+    assert before.scalars["episode/success_rate"].values.tolist() == pytest.approx(
+        [s / 100 for s in range(1, 9)] + [0.59, 0.60], abs=TOL
+    )
+    assert [t.text for t in before.texts] == ["kl drift at 3", "spike at 7", "kl drift at 7"]
+    with MetricsWriter(log) as resumed:  # resumed from step 5's checkpoint
+        for step in range(6, 13):
+            resumed.scalars(step, {"episode/success_rate": step / 100 + 0.2})
+            if step == 7:
+                resumed.text(7, "stability", "spike at 7 again")
+        resumed.scalars(10, {"val/success_rate": 0.6})
+    assert len(list(log.glob("events.out.tfevents.*"))) == 3  # make_run's, first, resumed
+    want = [(s, s / 100 + 0.2 * (s > 5)) for s in range(1, 13)]
+    points = read_scalars(log)["episode/success_rate"]
+    assert [s for s, _ in points] == list(range(1, 13))
+    assert [v for _, v in points] == pytest.approx([v for _, v in want], abs=TOL)
+    after = read_events(log)
+    series = after.scalars["episode/success_rate"]
+    assert series.steps.tolist() == list(range(1, 13))
+    assert series.values.tolist() == pytest.approx([v for _, v in want], abs=TOL)
+    assert [(t.step, t.text) for t in after.texts] == [
+        (3, "kl drift at 3"),
+        (7, "spike at 7 again"),
+    ]
+    report = build_report([tmp_path], tmp_path / "out", plots=False)
+    (record,) = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]
+    assert record["last_step"] == 12 and report.runs[0].last_step == 12
+    assert record["success_final"] == pytest.approx(60.0, abs=1e-4)  # 0.6 at step 10, in %
+    assert record["success_best"] == pytest.approx(60.0, abs=1e-4)  # not the old branch's 0.9
+    assert record["logged_events"] == ["kl drift at 3", "spike at 7 again"]

@@ -9,12 +9,14 @@ TensorBoard rejects by ``_`` (``webshop_task_score (not success_rate)`` becomes
 (docs/algorithms.md §1.4: mean, max or min; :class:`~arlarena_jax.objectives.declare.Reduction`).
 Event files are TFRecord streams of ``Event`` protos (8-byte little-endian length, masked CRC-32C of
 the length, payload, masked CRC-32C of the payload); :func:`read_scalars` reads them back without
-TensorFlow or TensorBoard.
+TensorFlow or TensorBoard, each (tag, step) once: a step redone after a resume keeps the value
+written last.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -29,6 +31,7 @@ from typing import Any, TextIO
 
 import jax
 import numpy as np
+from google.protobuf.message import DecodeError
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
@@ -63,12 +66,20 @@ def reduce_micro_batch_metrics(
     return {key: _HOST_REDUCE[reductions[key]](vals) for key, vals in values.items()}
 
 
+_WRITER_NUMBERS = itertools.count()
+
+
 class MetricsWriter:
     """Scalars and text into TensorBoard event files under ``log_dir`` (tensorboardX)."""
 
     def __init__(self, log_dir: str | Path, *, flush_secs: int = 30) -> None:
         self.log_dir = Path(log_dir)
-        self._writer = SummaryWriter(str(self.log_dir), flush_secs=flush_secs)
+        # a file of its own, even when another writer starts in the same second (a resume right
+        # after a crash): tensorboardX names files by the second and host, and truncates
+        suffix = f".{os.getpid()}.{next(_WRITER_NUMBERS)}"
+        self._writer = SummaryWriter(
+            str(self.log_dir), flush_secs=flush_secs, filename_suffix=suffix
+        )
         self.nonfinite: dict[str, int] = defaultdict(int)  # key -> values skipped
 
     def scalars(self, step: int, metrics: Mapping[str, Any]) -> int:
@@ -127,7 +138,8 @@ class MetricsWriter:
         self.close()
 
 
-def _records(path: Path) -> Iterator[bytes]:
+def records(path: Path) -> Iterator[bytes]:
+    """The payloads of a TFRecord file, up to its last complete record."""
     data = path.read_bytes()
     pos = 0
     while pos + 12 <= len(data):
@@ -143,18 +155,52 @@ def _records(path: Path) -> Iterator[bytes]:
         pos = end + 4
 
 
+def _file_order(path: Path) -> tuple[float, str]:
+    """Event files sort by the wall time of their first event (the file's creation, to the
+    microsecond; the ``<unix time>`` of ``events.out.tfevents.<unix time>.<host>…`` where it has
+    none), then by name."""
+    parts = path.name.split(".")
+    started = float(parts[3]) if len(parts) > 3 and parts[3].isdigit() else 0.0
+    try:
+        with path.open("rb") as f:
+            header = f.read(12)
+            (length,) = struct.unpack("<Q", header[:8]) if len(header) == 12 else (0,)
+            if length and struct.unpack("<I", header[8:])[0] == masked_crc32c(header[:8]):
+                started = Event.FromString(f.read(length)).wall_time or started
+    except (OSError, DecodeError):  # unreadable, or a first record cut off
+        pass
+    return started, str(path)
+
+
+def event_files(log_dir: str | Path) -> list[Path]:
+    """The event files under ``log_dir`` (recursively), oldest first (the order they were
+    written in: a resumed run's file after the one it continues)."""
+    return sorted(Path(log_dir).rglob("events.out.tfevents.*"), key=_file_order)
+
+
+def scalar_value(value: Any) -> float | None:
+    """The number of a ``Summary.Value`` (a simple value or a one-float tensor), else None."""
+    if value.HasField("simple_value"):
+        return value.simple_value
+    if value.HasField("tensor") and value.tensor.float_val:
+        return value.tensor.float_val[0]
+    return None
+
+
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """``{tag: [(step, value), …]}`` from every event file under ``log_dir`` (in file order)."""
-    out: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for path in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
-        for record in _records(path):
+    """``{tag: [(step, value), …]}`` (ascending steps) from every event file under ``log_dir``.
+
+    A step written again (a resumed run redoing the steps after its checkpoint) counts once,
+    with the last value written: files oldest first (:func:`event_files`), records in order."""
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for path in event_files(log_dir):
+        for record in records(path):
             event = Event.FromString(record)
             for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    out[value.tag].append((event.step, value.simple_value))
-                elif value.HasField("tensor") and value.tensor.float_val:
-                    out[value.tag].append((event.step, value.tensor.float_val[0]))
-    return dict(out)
+                number = scalar_value(value)
+                if number is not None:
+                    out[value.tag][event.step] = number
+    return {tag: sorted(by_step.items()) for tag, by_step in out.items()}
 
 
 class Timer:

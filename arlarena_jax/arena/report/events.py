@@ -2,21 +2,21 @@
 
 Event files are TFRecord streams of ``Event`` protos (8-byte little-endian length, masked CRC-32C
 of it, payload, masked CRC-32C of the payload), parsed with tensorboardX's own protos, so neither
-TensorFlow nor TensorBoard is needed. Files are read oldest first (the creation time in their
-name), records in file order; a value written again for a step (a resumed run redoing it)
-replaces the earlier one. A record cut short (a run still writing, or killed) ends its file.
+TensorFlow nor TensorBoard is needed (the reader is :mod:`arlarena_jax.train.metrics`'s). Files
+are read oldest first (the creation time in their name), records in file order; a step written
+again (a resumed run redoing the steps after its checkpoint) replaces the earlier write, so each
+(tag, step) counts once. A record cut short (a run still writing, or killed) ends its file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.record_writer import masked_crc32c
+
+from arlarena_jax.train.metrics import event_files, records, scalar_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,55 +50,32 @@ class EventLog:
     texts: list[TextEvent]
 
 
-def _records(path: Path) -> Iterator[bytes]:
-    """The payloads of a TFRecord file, up to its last complete record."""
-    data = path.read_bytes()
-    pos = 0
-    while pos + 12 <= len(data):
-        header = data[pos : pos + 8]
-        (length,), (crc,) = (
-            struct.unpack("<Q", header),
-            struct.unpack("<I", data[pos + 8 : pos + 12]),
-        )
-        end = pos + 12 + length
-        if crc != masked_crc32c(header) or end + 4 > len(data):
-            return
-        body = data[pos + 12 : end]
-        if struct.unpack("<I", data[end : end + 4])[0] != masked_crc32c(body):
-            return
-        yield body
-        pos = end + 4
-
-
-def _file_order(path: Path) -> tuple[int, str]:
-    """``events.out.tfevents.<unix time>.<host>...`` sorts by its time, then by name."""
-    parts = path.name.split(".")
-    stamp = parts[3] if len(parts) > 3 and parts[3].isdigit() else "0"
-    return int(stamp), str(path)
-
-
-def event_files(log_dir: Path) -> list[Path]:
-    """The event files under ``log_dir`` (recursively), oldest first."""
-    return sorted(log_dir.rglob("events.out.tfevents.*"), key=_file_order)
-
-
 def read_events(log_dir: Path) -> EventLog:
-    """Scalars (the last value written per step) and text summaries under ``log_dir``."""
+    """Scalars and text summaries under ``log_dir``, each (tag, step) counted once: the last value
+    written for a scalar; for texts, the ones of the last write of that step (one step may log
+    several texts under one tag, e.g. two stability events; a redone step replaces them all)."""
     points: dict[str, dict[int, float]] = {}
-    texts: list[TextEvent] = []
+    texts: dict[tuple[str, int], tuple[int, list[TextEvent]]] = {}
+    write = 0  # counts writes of a step: a new file, or a record of another step
+    last: tuple[Path, int] | None = None
     for path in event_files(log_dir):
-        for record in _records(path):
+        for record in records(path):
             event = Event.FromString(record)
+            if last != (path, event.step):
+                write, last = write + 1, (path, event.step)
             for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    points.setdefault(value.tag, {})[event.step] = value.simple_value
-                elif value.HasField("tensor") and value.tensor.float_val:
-                    points.setdefault(value.tag, {})[event.step] = value.tensor.float_val[0]
+                number = scalar_value(value)
+                if number is not None:
+                    points.setdefault(value.tag, {})[event.step] = number
                 elif value.HasField("tensor") and value.tensor.string_val:
                     text = value.tensor.string_val[0].decode("utf-8", "replace")
-                    texts.append(TextEvent(event.step, value.tag, text))
+                    key = (value.tag, event.step)
+                    if texts.get(key, (None,))[0] != write:
+                        texts[key] = (write, [])
+                    texts[key][1].append(TextEvent(event.step, value.tag, text))
     scalars = {tag: _series(by_step) for tag, by_step in points.items()}
-    return EventLog(scalars, texts)
+    groups = sorted(texts.values(), key=lambda written: written[0])  # in the order written
+    return EventLog(scalars, [text for _, group in groups for text in group])
 
 
 def _series(by_step: dict[int, float]) -> Series:
