@@ -214,7 +214,7 @@ def _check_data_file(path: epath.Path, what: str) -> None:
     """An OCDBT data file: not empty, and its leading nodes (B-tree and version-tree nodes, each
     framed by magic number and length) fit in it. A data file may hold several nodes and raw
     array values back to back; raw values (zstd frames) carry no length, so the walk stops at
-    the first one and their data is checked only by restoring it."""
+    the first one; their byte ranges are checked before a restore (:func:`_scan_state`)."""
     size, offset = path.stat().length, 0
     if not size:
         raise _Invalid(f"empty {what}")
