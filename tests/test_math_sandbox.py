@@ -312,9 +312,11 @@ def test_host_files_outside_the_view_are_unreadable(host_folder, run):
     assert set(eval(etc.stdout)) <= {"ld.so.cache", "localtime", "alternatives"}
 
 
-def test_memory_is_bounded_per_call_not_per_process(run):
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimits"])
+def test_memory_is_bounded_per_call_not_per_process(cgroup, run):
     """S3: four children of 100 MiB each never all hold their memory under a 256 MiB call
-    (under RLIMIT_AS per process, 256 MiB each, all four did)."""
+    (under RLIMIT_AS per process, 256 MiB each, all four did): with a control group where one
+    can be made (else this case runs as the other), and with rlimits of 256 / 4 MiB each."""
     code = (
         "import os, time\n"
         "kids = []\n"
@@ -330,7 +332,7 @@ def test_memory_is_bounded_per_call_not_per_process(run):
         "    kids.append(pid)\n"
         "print([os.waitpid(pid, 0)[1] for pid in kids])\n"
     )
-    result = run(code, memory_mb=256, processes=8, timeout_s=8.0)
+    result = run(code, memory_mb=256, processes=8, timeout_s=8.0, cgroup=cgroup)
     statuses = eval(result.stdout) if result.status == "ok" else None
     # the parent itself may be the one the OOM killer picks: the call is then killed
     assert result.status == "killed" or statuses.count(0) < 4, (result, statuses)
