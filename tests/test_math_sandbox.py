@@ -333,9 +333,10 @@ def test_memory_is_bounded_per_call_not_per_process(cgroup, run):
         "print([os.waitpid(pid, 0)[1] for pid in kids])\n"
     )
     result = run(code, memory_mb=256, processes=8, timeout_s=8.0, cgroup=cgroup)
-    statuses = eval(result.stdout) if result.status == "ok" else None
-    # the parent itself may be the one the OOM killer picks: the call is then killed
-    assert result.status == "killed" or statuses.count(0) < 4, (result, statuses)
+    # bounded: a child fails its allocation (exit 3) or is OOM-killed; or the parent is the one
+    # the OOM killer picks (the call is killed); or, with 4 processes at most, the 4th fork fails
+    some_failed = result.status == "ok" and eval(result.stdout).count(0) < 4
+    assert result.status == "killed" or some_failed or "BlockingIOError" in result.stderr, result
 
 
 def _keyctl(code: str) -> str:
