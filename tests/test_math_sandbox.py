@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -251,3 +252,174 @@ def test_bwrap_without_bubblewrap_is_a_one_line_error(monkeypatch):
         assert resolve_isolation(SandboxConfig(isolation="auto", allow_unsandboxed=True)) != "bwrap"
     finally:
         bwrap_available.cache_clear()  # probed again, for real, by the next test
+
+
+# -- issue 37: the host behind every backend (S1-S6), each against a host-side canary ----------
+
+
+@pytest.fixture
+def host_folder():
+    """A folder outside every hidden one (as a daemon's socket or a service's data would be),
+    removed afterwards; skips where no such folder is writable."""
+    import tempfile
+
+    for parent in ("/var/lib", "/var/cache", "/opt", "/srv"):
+        if os.path.isdir(parent) and os.access(parent, os.W_OK):
+            folder = tempfile.mkdtemp(prefix="arlarena-canary-", dir=parent)
+            os.chmod(folder, 0o755)
+            yield folder
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+    pytest.skip("no writable folder outside the hidden ones (/var/lib, /var/cache, /opt, /srv)")
+
+
+def test_host_unix_sockets_are_unreachable(host_folder, run):
+    """S1: a listener on a path socket (mode 0777) outside /run and /tmp gets no connection."""
+    path = os.path.join(host_folder, "c.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.listen()
+    listener.settimeout(0.2)
+    code = (
+        "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({path!r})\ns.sendall(b'hello')\nprint(s.recv(10))"
+    )
+    try:
+        result = run(code)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert result.status == "error" and "FileNotFoundError" in result.stderr
+
+
+def test_host_files_outside_the_view_are_unreadable(host_folder, run):
+    """S2: a world-readable file outside the hidden folders does not exist for the snippet, and
+    the root holds only the view's folders (envs/math/sandbox_view.py)."""
+    canary = os.path.join(host_folder, "secret.txt")
+    with open(canary, "w") as f:
+        f.write("ARLARENA-CANARY")
+    os.chmod(canary, 0o644)
+    result = run(f"import os\nprint(sorted(os.listdir('/')))\nprint(open({canary!r}).read())")
+    assert "ARLARENA-CANARY" not in result.stdout and "FileNotFoundError" in result.stderr
+    from envs.math.sandbox_view import keep_paths
+
+    tops = {p.split("/")[1] for p in keep_paths(sys.executable)}
+    allowed = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev"}
+    assert set(eval(result.stdout.splitlines()[0])) <= allowed | {"tmp"} | tops
+    etc = run("import os; print(sorted(os.listdir('/etc')))")
+    assert set(eval(etc.stdout)) <= {"ld.so.cache", "localtime", "alternatives"}
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimits"])
+def test_memory_is_bounded_per_call_not_per_process(cgroup, run):
+    """S3: four children of 100 MiB each never all hold their memory under a 256 MiB call
+    (under RLIMIT_AS per process, 256 MiB each, all four did): with a control group where one
+    can be made (else this case runs as the other), and with rlimits of 256 / 4 MiB each."""
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for i in range(4):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        "            block = bytearray(b'x' * (100 * 2**20))\n"
+        "        except MemoryError:\n"
+        "            os._exit(3)\n"
+        "        time.sleep(1.5)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print([os.waitpid(pid, 0)[1] for pid in kids])\n"
+    )
+    result = run(code, memory_mb=256, processes=8, timeout_s=8.0, cgroup=cgroup)
+    # bounded: a child fails its allocation (exit 3) or is OOM-killed; or the parent is the one
+    # the OOM killer picks (the call is killed); or, with 4 processes at most, the 4th fork fails
+    some_failed = result.status == "ok" and eval(result.stdout).count(0) < 4
+    assert result.status == "killed" or some_failed or "BlockingIOError" in result.stderr, result
+
+
+def _keyctl(code: str) -> str:
+    return (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.syscall.restype = ctypes.c_long\n"
+        "nr = {'x86_64': (248, 249, 250), 'aarch64': (217, 218, 219)}[os.uname().machine]\n"
+        "ADD_KEY, REQUEST_KEY, KEYCTL = nr\n" + code
+    )
+
+
+def test_keyrings_are_out_of_reach(run):
+    """S4: adding a key to the user keyring fails (a covert channel between calls of one uid),
+    and the host's own key (the canary) cannot be requested."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    machine_numbers = {"x86_64": 248, "aarch64": 217}
+    canary = libc.syscall(
+        machine_numbers[os.uname().machine], b"user", b"arlarena-canary", b"ARLARENA", 8, -3
+    )  # KEY_SPEC_SESSION_KEYRING = -3
+    write = _keyctl(
+        "r = libc.syscall(ADD_KEY, b'user', b'x', b'secret', 6, -4)\n"  # KEY_SPEC_USER_KEYRING
+        "print(r, ctypes.get_errno())\n"
+        "r = libc.syscall(REQUEST_KEY, b'user', b'arlarena-canary', None, 0)\n"
+        "print(r, ctypes.get_errno())\n"
+        "r = libc.syscall(KEYCTL, 0, -4, 0)\n"  # KEYCTL_GET_KEYRING_ID of the user keyring
+        "print(r, ctypes.get_errno())\n"
+    )
+    try:
+        lines = run(write).stdout.split("\n")[:3]
+    finally:
+        if canary > 0:
+            libc.syscall({"x86_64": 250, "aarch64": 219}[os.uname().machine], 21, canary)
+    import errno
+
+    assert lines == [f"-1 {errno.EPERM}"] * 3
+
+
+def test_no_namespaces_inside_the_sandbox(run):
+    """S6: unshare (a user namespace gives every capability in it), setns, clone with a
+    CLONE_NEW* flag and the unshare tool all fail; threads and processes still work."""
+    code = (
+        "import ctypes, os, subprocess, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), libc.unshare(0x40000000))\n"  # NEWUSER, NEWNET
+        "print(os.system('unshare -U -r true 2>/dev/null') != 0)\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "done = subprocess.run(['echo', 'spawned'], capture_output=True, text=True)\n"
+        "print(done.stdout, end='')\n"
+    )
+    result = run(code)
+    assert result.stdout.splitlines() == ["-1 -1", "True", "thread", "spawned"], result
+
+
+def _fresh_process_call(isolation: str, hold_s: float) -> subprocess.Popen:
+    """A new Python process (its own counters, as a sweep worker) whose one sandbox call forks
+    15 children that live ``hold_s`` seconds, then prints the call's status and uid."""
+    code = (
+        "import os, time\nfor i in range(15):\n    if os.fork() == 0:\n"
+        f"        time.sleep({hold_s}); os._exit(0)\ntime.sleep({hold_s}); print(os.getuid())"
+    )
+    script = (
+        "from envs.math.sandbox import SandboxConfig, run_python\n"
+        f"config = SandboxConfig(isolation={isolation!r}, timeout_s=8, processes=16)\n"
+        f"result = run_python({code!r}, config)\n"
+        "print(result.status, result.stdout.strip() or result.stderr.strip()[-200:])\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", script], cwd=PROJECT, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_two_processes_never_share_a_uid(isolation):
+    """S5: two fresh processes' concurrent calls (each the first of its process) run as two
+    uids, so one call's 15 children do not make the other's fork() fail (RLIMIT_NPROC counts
+    a uid's processes). As root only: otherwise the snippet's uid is the caller's."""
+    if os.geteuid() != 0:
+        pytest.skip("per-call uids are made as root only (otherwise the snippet's uid is ours)")
+    first = _fresh_process_call(isolation, hold_s=4.0)
+    time.sleep(2.0)  # the first call holds its uid and 15 children
+    second = _fresh_process_call(isolation, hold_s=0.5)
+    results = [p.communicate(timeout=60)[0].split() for p in (first, second)]
+    assert [r[0] for r in results] == ["ok", "ok"], results
+    assert results[0][1] != results[1][1]

@@ -1,41 +1,49 @@
-"""A local sandbox for model-written Python: kernel namespaces, a private filesystem view, no
-network, an unprivileged uid and resource limits (spec environments §5; issue 20).
+"""A local sandbox for model-written Python: kernel namespaces, a minimal private root, no
+network, a uid of its own, a seccomp filter and limits per call (spec environments §5; issues 20
+and 37).
 
 One call, :func:`run_python`, runs a snippet and returns an :class:`ExecResult` whose ``status``
 is ``ok`` (exit 0), ``error`` (non-zero exit), ``timeout`` (the wall clock ran out) or ``killed``
 (a signal, e.g. a limit, or the output cap). Nothing the snippet does outlives the call.
 
+The promise, the same under every isolating backend:
+
+* **What the snippet sees** (``envs.math.sandbox_view``): a fresh read-only root with ``/usr``
+  (and the ``/bin``, ``/lib`` links or folders), three files of ``/etc``, the Python
+  installation, a new ``/proc``, a minimal ``/dev`` and private size-limited ``/tmp`` and
+  ``/dev/shm``; nothing else of the host, hence no host file or unix socket outside that list.
+* **Who it is**: as root, a uid of its own (``envs.math.uids``: held host-wide, never shared by
+  two live calls, so ``RLIMIT_NPROC`` counts this call's processes only) with no capabilities
+  and no new privileges; otherwise the caller's uid inside a user namespace.
+* **What it may ask the kernel** (``envs.math.seccomp``): no keyrings, no namespaces, no mounts.
+* **How much**: memory and processes per call in a control group of its own
+  (``envs.math.cgroups``) where one can be made, else ``RLIMIT_AS`` of ``memory_mb /
+  FALLBACK_PROCESSES`` for at most ``FALLBACK_PROCESSES`` processes; CPU seconds, file size, open
+  files, no core dumps, a wall clock, an output cap; an empty environment.
+
 Isolation (``SandboxConfig.isolation``):
 
 * ``bwrap`` (bubblewrap 0.7 or later is installed and works: ``apt-get install bubblewrap``):
   new PID, network, IPC, UTS, cgroup and mount namespaces, and a user namespace when the caller
-  is not root (as root none: bubblewrap would map the snippet's uid to root outside). The
-  snippet sees a new root holding only ``/usr`` (and the ``/bin``, ``/lib`` links or folders),
-  ``/etc/ld.so.cache``, ``/etc/localtime``, ``/etc/alternatives`` and the Python installation,
-  all read-only (folders to hide inside them under empty tmpfs mounts), a new ``/proc``, a
-  minimal ``/dev``, and private size-limited tmpfs ``/tmp`` and ``/dev/shm``; the root itself is
-  read-only. As root, bubblewrap keeps only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, for
-  ``setpriv`` to drop to the call's own uid as below; then ``prlimit`` and ``env -i`` as below.
-* ``unshare`` (the caller is root): util-linux ``unshare`` makes new PID, network, mount, IPC and
-  UTS namespaces. Inside, a shell prelude (still root, in the new mount namespace only) mounts a
-  private tmpfs on ``/tmp`` and ``/dev/shm``, hides ``$HOME``, ``/root``, ``/home``, the host's
-  temporary folders, the project and the other configured folders under empty read-only tmpfs
-  mounts, binds the Python installation back read-only, and remounts ``/`` read-only. Then
-  ``setpriv`` drops to an unprivileged uid of its own per call (so RLIMIT_NPROC counts this call's
-  processes only; it is not enforced for root) with no capabilities and no new privileges,
-  ``prlimit`` sets the limits and ``env -i`` leaves an empty environment.
-* ``userns`` (not root): the same, inside a user namespace (``unshare --user --map-root-user``);
-  the snippet's uid 0 is the caller's uid outside.
+  is not root (as root none: bubblewrap would map the snippet's uid to root outside). bubblewrap
+  builds the view; as root it keeps only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, for ``setpriv``
+  to drop to the call's uid.
+* ``unshare`` (the caller is root): util-linux ``unshare`` makes new PID, network, mount, IPC
+  and UTS namespaces. Inside, a shell prelude (root, in the new mount namespace only) builds the
+  view in a tmpfs and ``pivot_root``s into it, detaching the host's root, as bubblewrap does.
+* ``userns`` (not root): the same, inside a user namespace (``unshare --user
+  --map-root-user``); the snippet's uid 0 is the caller's uid outside.
 * ``none``: a plain subprocess, as the original; only with ``allow_unsandboxed=True``.
 * ``auto``: ``bwrap`` where it works, else ``unshare`` as root, else ``userns`` where the kernel
   allows it; else a one-line error (never silently unsandboxed).
 
-Under ``unshare`` and ``userns`` the snippet is the init process (pid 1) of its PID namespace;
-under ``bwrap`` bubblewrap's own init is, and exits as soon as the snippet does. When that init
-exits, or when the wall clock kills ``unshare`` (``--kill-child``) or ``bwrap``
-(``--die-with-parent``), the kernel kills every process left in the namespace, double-forked
-daemons included. Inherited file descriptors are closed, the code arrives on stdin, and
-stdout/stderr are read up to ``output_limit`` bytes each; past it the run is killed.
+Then, under each: ``setpriv`` (as root), ``prlimit``, ``env -i`` and the seccomp launcher, which
+execs ``python -I -``. Under ``unshare`` and ``userns`` the snippet is the init process (pid 1)
+of its PID namespace; under ``bwrap`` bubblewrap's own init is, and exits as soon as the snippet
+does. When that init exits, or when the wall clock kills ``unshare`` (``--kill-child``) or
+``bwrap`` (``--die-with-parent``), the kernel kills every process left in the namespace,
+double-forked daemons included. Inherited file descriptors are closed, the code arrives on
+stdin, and stdout/stderr are read up to ``output_limit`` bytes each; past it the run is killed.
 """
 
 from __future__ import annotations
@@ -51,21 +59,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+
+from envs.math import cgroups, sandbox_view
+from envs.math.seccomp import launcher_code
+from envs.math.uids import held_uid
 
 ISOLATIONS = ("auto", "bwrap", "unshare", "userns", "none")
 STATUSES = ("ok", "error", "timeout", "killed")
-UID_BASE = 200_000  # per-call uids: UID_BASE + (call number mod UID_SLOTS), never a real user
-UID_SLOTS = 10_000
-HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/media", "/srv", "/sys")
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # bwrap: read-only
-ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")  # bwrap: of /etc, only these
 SETUID_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs (bwrap, as root)
+SANDBOX_TASKS = 2  # in a call's control group beside the snippet's: bwrap and its init, or unshare
+FALLBACK_PROCESSES = 4  # without a control group: processes sharing the call's memory
+ONE_THREAD = tuple(f"{k}_NUM_THREADS=1" for k in ("OMP", "OPENBLAS", "MKL"))  # count as processes
 _calls = itertools.count()
-_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +90,7 @@ class SandboxConfig:
     isolation: str = "auto"
     allow_unsandboxed: bool = False  # isolation "none" (or "auto" without namespaces) runs bare
     hide: tuple[str, ...] = ()  # more folders to hide (the project and $HOME always are)
+    cgroup: bool = True  # a control group per call where one can be made (else rlimits)
     python: str = sys.executable
 
     def __post_init__(self) -> None:
@@ -114,6 +122,7 @@ class ExecResult:
     returncode: int | None
     seconds: float
     truncated: bool = False  # an output stream reached ``output_limit``
+    out_of_memory: bool = False  # the call's control group hit its memory limit (OOM kill)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -192,121 +201,49 @@ def resolve_isolation(config: SandboxConfig) -> str:
     )
 
 
-def _keep_paths(config: SandboxConfig) -> list[str]:
-    """The Python installation the snippet needs, read-only: prefixes and import paths."""
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    paths |= {
-        os.path.realpath(p) for p in sys.path if p and os.path.isdir(p) and "site-packages" in p
-    }
-    python = os.path.realpath(config.python)
-    paths.add(os.path.dirname(os.path.dirname(python)))
-    return sorted(paths)
-
-
-def _outermost(paths) -> list[str]:
-    """``paths`` without those inside another one (``/`` aside), outermost first."""
-    ordered = sorted(set(paths), key=len)
-    return [p for i, p in enumerate(ordered) if not any(p.startswith(q + "/") for q in ordered[:i])]
-
-
-def _hidden_paths(config: SandboxConfig) -> list[str]:
-    """Folders the snippet must not see (existing ones only, outermost first)."""
-    project = str(Path(__file__).resolve().parents[2])
-    home = os.path.expanduser("~")
-    wanted = {*HIDDEN, home, project, *config.hide}
-    return _outermost(os.path.realpath(p) for p in wanted if os.path.isdir(p))
-
-
-def _mount_lines(config: SandboxConfig) -> list[str]:
-    """Hide the host's folders under tmpfs mounts (``/tmp`` and ``/dev/shm`` private and
-    writable), with the Python installation bound back read-only over them."""
-    q = shlex.quote
-    keep = _keep_paths(config)
-    lines = ["mount --make-rprivate /", "mount -t tmpfs -o size=1m tmpfs /mnt"]
-    lines += [f"mkdir -p /mnt/k{i} && mount --rbind {q(p)} /mnt/k{i}" for i, p in enumerate(keep)]
-    private = f"size={config.tmp_size_mb}m,mode=1777,nosuid,nodev"
-    for path in _hidden_paths(config):
-        options = private if path in ("/tmp", "/dev/shm") else "size=1m,mode=755,nosuid,nodev"
-        lines.append(f"mount -t tmpfs -o {options} tmpfs {q(path)}")
-    for i, path in enumerate(keep):
-        lines.append(f"mkdir -p {q(path)} && mount --move /mnt/k{i} {q(path)}")
-    lines += ["umount /mnt", "mount -t tmpfs -o size=1m,mode=755 tmpfs /mnt"]
-    lines.append("mount -o remount,bind,ro /")  # the bind flag: this mount only, not the disk
-    lines += [f"mount -o remount,bind,ro {q(p)}" for p in keep]
-    return lines
-
-
-def _run_argv(config: SandboxConfig, uid: int | None) -> list[str]:
-    """The snippet's Python with dropped privileges (to ``uid``, unless None), the limits and an
-    empty environment, reading the code from stdin."""
-    limits = [
+def _limits(config: SandboxConfig, group: bool) -> list[str]:
+    """``prlimit`` options: with a control group (``group``) each process may use the call's
+    memory and the group bounds their sum; without one, at most ``FALLBACK_PROCESSES`` processes
+    share it, ``memory_mb / processes`` each, so the call's total stays within ``memory_mb``."""
+    processes = config.processes if group else min(config.processes, FALLBACK_PROCESSES)
+    memory = config.memory_mb if group else config.memory_mb // processes
+    return [
         f"--cpu={config.cpu_s}",
-        f"--as={config.memory_mb * 2**20}",
+        f"--as={memory * 2**20}",
         f"--fsize={config.file_size_mb * 2**20}",
         f"--nofile={config.open_files}",
-        f"--nproc={config.processes}",
+        f"--nproc={processes}",
         "--core=0",
     ]
+
+
+def _run_argv(config: SandboxConfig, uid: int | None, group: bool) -> list[str]:
+    """The snippet's Python with dropped privileges (to ``uid``, unless None), the limits, an
+    empty environment and the seccomp filter (``envs.math.seccomp``), reading the code from
+    stdin."""
     drop = []
     if uid is not None:
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"]
         drop += ["--inh-caps=-all", "--bounding-set=-all"]
-    env = ["env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"]
-    return [*drop, "prlimit", *limits, *env, config.python, "-I", "-"]
+    env = ["env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", *ONE_THREAD]
+    launch = [config.python, "-I", "-S", "-c", launcher_code()]
+    return [*drop, "prlimit", *_limits(config, group), *env, *launch]
 
 
-def prelude(config: SandboxConfig, uid: int | None) -> str:
-    """The root shell script run inside the new namespaces before the snippet (see module doc):
-    the mounts, then the snippet's Python with dropped privileges, limits and no environment."""
-    run = shlex.join(_run_argv(config, uid))
-    return "\n".join(["set -e", *_mount_lines(config), "cd /tmp", f"exec {run}"])
+def _view(config: SandboxConfig) -> list[tuple]:
+    return sandbox_view.view(config.python, config.hide, config.tmp_size_mb)
 
 
-def _bwrap_mounts(config: SandboxConfig) -> list[str]:
-    """bubblewrap's filesystem view (see module doc): the system and the Python installation
-    read-only, a new /proc and /dev, private /tmp and /dev/shm, then the root made read-only."""
-    args = []
-    for path in SYSTEM:  # as on the host: merged-/usr links, or folders
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    args += ["--perms", "0755", "--dir", "/etc"]
-    for path in ETC:
-        args += ["--ro-bind-try", path, path]
-    tmpfs = ["--perms", "1777", "--size", str(config.tmp_size_mb * 2**20), "--tmpfs"]
-    args += ["--proc", "/proc", "--dev", "/dev", *tmpfs, "/tmp", *tmpfs, "/dev/shm"]
-    return [*args, *_bwrap_binds(config), "--remount-ro", "/"]
+def prelude(config: SandboxConfig, uid: int | None, group: bool = False) -> str:
+    """The root shell script run inside the new namespaces before the snippet: build the view
+    (``envs.math.sandbox_view``) and ``pivot_root`` into it, then run the snippet's Python with
+    dropped privileges, limits, no environment and the seccomp filter."""
+    run = shlex.join(_run_argv(config, uid, group))
+    lines = sandbox_view.shell_lines(_view(config))
+    return "\n".join(["set -e", *lines, "cd /tmp", f"exec {run}"])
 
 
-def _bwrap_binds(config: SandboxConfig) -> list[str]:
-    """The Python installation read-only; the folders to hide (the project, $HOME, ``hide``) that
-    fall inside a bound one under empty tmpfs mounts, with the installation inside them bound
-    back."""
-    system = [p for p in SYSTEM if os.path.isdir(p) and not os.path.islink(p)]
-    keep = [p for p in _keep_paths(config) if p != "/"]
-    outer = [p for p in _outermost([*system, *keep]) if p not in system]
-    inside = [*system, *keep]
-    hidden = [h for h in _hidden_paths(config) if any(h.startswith(b + "/") for b in inside)]
-    again = _outermost(k for k in keep if any(k == h or k.startswith(h + "/") for h in hidden))
-    args = _bwrap_read_only(outer)
-    for path in hidden:
-        args += ["--perms", "0755", "--size", str(2**20), "--tmpfs", path]
-    return args + _bwrap_read_only(again)
-
-
-def _bwrap_read_only(paths: list[str]) -> list[str]:
-    """Bind ``paths`` read-only, making missing parents 0755 (bubblewrap would make them 0700,
-    out of the snippet's reach; existing ones keep their mode)."""
-    args = []
-    for path in sorted({str(q) for p in paths for q in Path(p).parents if str(q) != "/"}):
-        args += ["--perms", "0755", "--dir", path]
-    for path in paths:
-        args += ["--ro-bind", path, path]
-    return args
-
-
-def _bwrap_command(config: SandboxConfig, uid: int | None) -> list[str]:
+def _bwrap_command(config: SandboxConfig, uid: int | None, group: bool) -> list[str]:
     """bubblewrap around :func:`_run_argv` (``uid``: the call's own uid, the caller is root)."""
     caps = ["--cap-drop", "ALL"]
     if uid is not None:
@@ -320,26 +257,24 @@ def _bwrap_command(config: SandboxConfig, uid: int | None) -> list[str]:
         "--setenv",
         "PATH",
         "/usr/bin:/bin",
-        *_bwrap_mounts(config),
+        *sandbox_view.bwrap_args(_view(config)),
         "--chdir",
         "/tmp",
         *caps,
         "--",
-        *_run_argv(config, uid),
+        *_run_argv(config, uid, group),
     ]
 
 
-def _next_uid() -> int:
-    with _lock:
-        return UID_BASE + next(_calls) % UID_SLOTS
-
-
-def command(config: SandboxConfig, isolation: str) -> list[str]:
-    """The argv that runs a snippet from stdin under ``isolation``."""
+def command(
+    config: SandboxConfig, isolation: str, uid: int | None = None, group: bool = False
+) -> list[str]:
+    """The argv that runs a snippet from stdin under ``isolation``; ``uid``: the call's own uid
+    (as root), ``group``: whether the call has a control group (``envs.math.cgroups``)."""
     if isolation == "none":
         return [config.python, "-I", "-"]
     if isolation == "bwrap":
-        return _bwrap_command(config, _next_uid() if os.geteuid() == 0 else None)
+        return _bwrap_command(config, uid, group)
     namespaces = [
         "--pid",
         "--net",
@@ -351,16 +286,9 @@ def command(config: SandboxConfig, isolation: str) -> list[str]:
         "--mount-proc",
     ]
     if isolation == "userns":
-        return [
-            "unshare",
-            "--user",
-            "--map-root-user",
-            *namespaces,
-            "sh",
-            "-c",
-            prelude(config, None),
-        ]
-    return ["unshare", *namespaces, "sh", "-c", prelude(config, _next_uid())]
+        script = prelude(config, None, group)
+        return ["unshare", "--user", "--map-root-user", *namespaces, "sh", "-c", script]
+    return ["unshare", *namespaces, "sh", "-c", prelude(config, uid, group)]
 
 
 def _read(
@@ -403,29 +331,51 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def _call_resources(config: SandboxConfig, isolation: str) -> Iterator[tuple]:
+    """The call's own uid (as root: held host-wide, ``envs.math.uids``) and control group
+    (``envs.math.cgroups``, where one can be made), released after the call."""
+    if isolation == "none":
+        yield None, None
+        return
+    with contextlib.ExitStack() as stack:
+        uid = stack.enter_context(held_uid()) if os.geteuid() == 0 else None
+        group = None
+        if config.cgroup and cgroups.detect() is not None:
+            name = f"{os.getpid()}-{next(_calls)}-{uid if uid is not None else 'u'}"
+            with contextlib.suppress(OSError):  # e.g. a full hierarchy: rlimits instead
+                tasks = config.processes + SANDBOX_TASKS  # the sandbox's own processes too
+                group = cgroups.CallGroup(name, config.memory_mb, tasks)
+                stack.callback(group.close)
+        yield uid, group
+
+
 def run_python(code: str, config: SandboxConfig | None = None) -> ExecResult:
     """Run ``code`` in the sandbox (see module doc); never raises for anything the code does."""
     config = config or SandboxConfig()
     isolation = resolve_isolation(config)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        command(config, isolation),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        close_fds=True,
-        start_new_session=True,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-        cwd="/",
-    )
-    try:
-        out, err, reason, truncated = _read(proc, code.encode("utf-8", "replace"), config)
-    except BrokenPipeError:  # the sandbox died before reading the code
-        out, err, reason, truncated = b"", b"", None, False
-    if reason is not None:
-        _kill(proc)
-    returncode = proc.wait()
-    _kill(proc)  # anything left in the session (the namespace is gone with its init)
+    with _call_resources(config, isolation) as (uid, group):
+        argv = command(config, isolation, uid, group is not None)
+        proc = subprocess.Popen(
+            group.wrap(argv) if group is not None else argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            cwd="/",
+        )
+        try:
+            out, err, reason, truncated = _read(proc, code.encode("utf-8", "replace"), config)
+        except BrokenPipeError:  # the sandbox died before reading the code
+            out, err, reason, truncated = b"", b"", None, False
+        if reason is not None:
+            _kill(proc)
+        returncode = proc.wait()
+        _kill(proc)  # anything left in the session (the namespace is gone with its init)
+        out_of_memory = group is not None and group.out_of_memory()
     return ExecResult(
         status=_status(reason, returncode),
         stdout=out.decode("utf-8", "replace"),
@@ -433,6 +383,7 @@ def run_python(code: str, config: SandboxConfig | None = None) -> ExecResult:
         returncode=returncode,
         seconds=time.monotonic() - start,
         truncated=truncated,
+        out_of_memory=out_of_memory,
     )
 
 

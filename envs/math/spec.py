@@ -34,7 +34,7 @@ class MathConfig:
     sandbox_processes: int = 32
     isolation: str = "auto"  # auto | bwrap | unshare | userns | none
     allow_unsandboxed: bool = False  # isolation none (or auto with nothing available) runs bare
-    executors: int = 0  # sandbox runs in flight at once; 0: the usable cores
+    executors: int = 0  # sandbox runs at once; 0: the usable cores, as many as fit half the memory
     score_timeout_s: float = 10.0  # math-verify's budget per answer (the original's 10 s)
     scorers: int = 0  # answers scored at once; 0: the usable cores
     remove_void_turns: bool = True  # mask trajectories holding a void turn out of the loss
@@ -99,6 +99,20 @@ def check_data(env: Any, training: bool) -> None:
         resolve_isolation(sandbox_config(env))
     except SandboxUnavailable as exc:
         raise ConfigError(f"config key 'env.math.isolation': {exc}") from None
+    executors(env)
+
+
+def executors(env: Any) -> int:
+    """Sandbox calls at once: ``env.math.executors``, or (0) the usable cores, as many as fit
+    half the host's memory; a total over the host's memory is a one-line ConfigError."""
+    from envs.math.memory_budget import default_executors, host_memory_mb, over_budget
+
+    m, host = env.math, host_memory_mb()
+    count = m.executors or default_executors(m.sandbox_memory_mb, usable_cores(), host)
+    over = over_budget(m.sandbox_memory_mb, count, host)
+    if over is not None:
+        raise ConfigError(f"config key 'env.math.{over[0]}': {over[1]}")
+    return count
 
 
 def usable_cores() -> int:
@@ -112,12 +126,12 @@ def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
     from envs.math.sandbox import run_many
 
     m, config = env.math, sandbox_config(env)
-    executors = m.executors or usable_cores()
+    workers = executors(env)
     scorers = m.scorers or usable_cores()
     return MathBatch(
         problems(env, purpose),
         num_envs,
-        execute=lambda programs: run_many(programs, config, workers=executors),
+        execute=lambda programs: run_many(programs, config, workers=workers),
         score=ThreadScorers(m.score_timeout_s),
         max_turns=env.max_turns,
         remove_void_turns=m.remove_void_turns,
