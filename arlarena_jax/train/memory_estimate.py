@@ -12,10 +12,11 @@ Notation: ``P`` parameters (:func:`parameter_count`), ``b_p``/``b_c``/``b_kv`` b
 ``S = Pp + T`` a row's width, ``Pp = sampler.max_prefill_length`` and ``T`` the response side
 (``sampler.max_new_tokens``, ``env.max_right_tokens`` for trajectory rows).
 
-- parameters and optimizer (:func:`state_terms`): ``P·b_p`` × (1 weights + 2 AdamW moments + 2
-  gradients, the accumulator and a micro-batch's) while training, + 1 for the sampler's copy, + 1
-  for frozen reference weights when the objective reads ``lp_ref``, × 2 for a separate critic;
-  split over ``mesh.fsdp × mesh.tensor``;
+- parameters and optimizer (:func:`state_terms`): ``P·b_p × (c + 1)``, the 1 the sampler's
+  copy and, while training, ``c = (5 + r) × (2 with a separate critic)``: weights, 2 AdamW
+  moments, 2 gradients (the accumulator and a micro-batch's), ``r = 1`` frozen reference weights
+  when the objective reads ``lp_ref``; evaluation alone ``c = 0``; split over ``mesh.fsdp ×
+  mesh.tensor``;
 - the sampler's KV cache: ``slots × L × 2 × k × d × (Pp + max_new_tokens) × b_kv``,
   ``slots = sampler.max_concurrent_decodes``; split over the whole mesh;
 - one prefill: ``tokens × (h·Pp·4 + (4H + 2I)·b_c)`` with ``tokens =
