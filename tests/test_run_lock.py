@@ -113,3 +113,79 @@ def test_the_cli_refuses_a_held_directory_in_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"is in use by process {child.pid}" in lines[0], done.stderr
     assert time.monotonic() - start < 120  # refused at once, nothing built
+
+
+def test_a_waiting_start_takes_the_directory_once_its_holder_lets_go(tmp_path, capsys):
+    """What a sweep's second evaluation of one run does (arena/evaluate.py): the first holds
+    the directory for a while and releases it; the second waits, then takes it."""
+    code = f"""
+        import time
+        from arlarena_jax.train.run_lock import RunDirLock
+        lock = RunDirLock({str(tmp_path / "run")!r})
+        print("held", flush=True)
+        time.sleep(1.0)
+        lock.release()
+        time.sleep(600)
+        """
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        lock = RunDirLock(tmp_path / "run", wait_s=120, poll_s=0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert err == (
+        f"arlarena: run directory {tmp_path / 'run'} is in use by process {child.pid} on host "
+        f"{socket.gethostname()}; waiting up to 120 s for it\n"
+    )  # one note; a clean release leaves no owner to take over
+    lock.release()
+
+
+def test_a_wait_that_runs_out_is_the_one_line_naming_the_holder(tmp_path):
+    child = holder(tmp_path / "run")
+    try:
+        with pytest.raises(
+            RunDirInUse, match=rf"in use by process {child.pid} .*\(waited 0.2 s\)$"
+        ):
+            RunDirLock(tmp_path / "run", wait_s=0.2, poll_s=0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+
+
+def test_a_requeued_job_takes_over_the_lock_its_killed_predecessor_left(tmp_path, capsys):
+    """SLURM's requeue path: the job's wrapper (arena/jobs.py) and its run were killed (SIGKILL
+    after the grace time, or the node lost); the requeued job starts the same run directory. The
+    kernel dropped the dead process's lock: the new run takes it at once and says whose it was."""
+    child = holder(tmp_path / "run")
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    lock = hold_run_dir(tmp_path / "run", wait_s=0.0)  # no wait: it would raise if still held
+    assert lock is not None
+    assert f"taking over the lock of process {child.pid}" in capsys.readouterr().err
+    lock.release()
+
+
+def test_eval_run_waits_for_a_held_run_directory(monkeypatch, tmp_path):
+    """A sweep's evaluations of one run start together once it is done: ``eval-run`` opens the
+    run with a wait, so they take the directory one after another instead of failing."""
+    from arlarena_jax.arena import evaluate
+    from arlarena_jax.train import run as run_module
+
+    seen = {}
+
+    class Opened(Exception):
+        pass
+
+    def fake_run(config, **kwargs):
+        seen.update(kwargs)
+        raise Opened
+
+    monkeypatch.setattr(evaluate, "evaluation_config", lambda *a: object())
+    monkeypatch.setattr(run_module, "Run", fake_run)
+    with pytest.raises(Opened):
+        evaluate.evaluate_run(tmp_path, "x", [])
+    assert seen["lock_wait_s"] == evaluate.LOCK_WAIT_S >= 600

@@ -198,6 +198,24 @@ def test_job_states_and_the_wrapper(tmp_path):
     assert [jobs.state_of_exit(s) for s in (0, 75, 1, 2)] == ["done", "stopped", "failed", "failed"]
 
 
+def test_a_run_outliving_its_killed_wrapper_still_reads_as_running(tmp_path):
+    """The wrapper killed alone (SIGKILL) leaves its run going, holding the run directory's
+    lock: the job is running until the run ends too (then interrupted, and it resumes), so a
+    sweep started meanwhile does not start it again into the lock (a failed 'in use')."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        record = dict(state="running", pid=int(dead.stdout), host=os.uname().nodename)
+        jobs.write_state(tmp_path / "d", **record, child=orphan.pid)
+        assert jobs.read_state(tmp_path / "d")["state"] == "running"
+    finally:
+        orphan.kill()
+        orphan.wait(timeout=30)
+    assert jobs.read_state(tmp_path / "d")["state"] == "interrupted"
+
+
 def test_progress_counts_and_estimates_time_left(tmp_path):
     """One run took 100 s and one start 40 s; left: a queued start (40), a queued run (100) and
     a run 30 s into its 100 (70): 210 s of work over 2 workers = 105 s, shown as 2 min."""

@@ -12,7 +12,10 @@ started once the run is done; any run directory can be evaluated the same way by
    episodes, so under other environment settings it would learn other merges and give the policy
    other token ids. It is built from the run's settings instead and saved in
    ``RUN_DIR/evaluations/NAME/tokenizer``, which the evaluation reads;
-3. restores the newest checkpoint and evaluates it on the held-out seeds of the new settings
+3. takes the run directory (waiting up to :data:`LOCK_WAIT_S` while another process holds it:
+   a sweep's evaluations of one run start together once the run is done, and take it one after
+   another; a training that still holds it past the wait is one line, exit 2), restores the
+   newest checkpoint and evaluates it on the held-out seeds of the new settings
    (``Run.evaluate``: the trainer's own evaluation, its sampling and seeds);
 4. writes ``RUN_DIR/evaluations/NAME/metrics.json`` atomically: ``name``, ``overrides``, the
    checkpoint ``step``, the ``episodes`` and the ``metrics`` (``val/…``).
@@ -34,6 +37,7 @@ from typing import Any
 from arlarena_jax.errors import ConfigError
 
 EVALUATIONS_DIR, METRICS_FILE, TOKENIZER_DIR = "evaluations", "metrics.json", "tokenizer"
+LOCK_WAIT_S = 3600.0  # how long an evaluation waits for a run directory another process holds
 # set by the evaluation itself: it reads the run's own checkpoint, from no shared start
 NOT_EVALUATION_KEYS = ("trainer.run_dir", "sft.init_from")
 
@@ -129,7 +133,7 @@ def evaluate_run(run_dir: Path, name: str, overrides: list[str]) -> dict[str, An
     from arlarena_jax.train.run import Run
 
     config = evaluation_config(run_dir, name, overrides)
-    with Run(config, console=False) as run:
+    with Run(config, console=False, lock_wait_s=LOCK_WAIT_S) as run:
         step = run.resume()
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to evaluate")

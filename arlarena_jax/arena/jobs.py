@@ -50,7 +50,10 @@ class Job:
 
 def read_state(run_dir: Path) -> dict[str, Any]:
     """The job's recorded state (``{"state": "new"}`` when it never ran). A ``running`` record of
-    this host whose process is gone reads as ``interrupted`` (killed without a chance to say)."""
+    this host whose processes are gone reads as ``interrupted`` (killed without a chance to say).
+    A wrapper killed alone leaves its run going (an orphan that holds the run directory's lock):
+    that still reads as ``running``, so a sweep waits for it rather than starting the job again
+    into the lock; once it ends too, the job is ``interrupted`` and resumes."""
     try:
         record = json.loads((Path(run_dir) / STATE_FILE).read_text())
     except (OSError, ValueError):
@@ -58,7 +61,8 @@ def read_state(run_dir: Path) -> dict[str, Any]:
     if not isinstance(record, dict) or record.get("state") not in STATES:
         return {"state": "new"}
     here = record.get("host") == socket.gethostname()
-    if record["state"] == "running" and here and not _alive(record.get("pid")):
+    gone = not (_alive(record.get("pid")) or _alive(record.get("child")))
+    if record["state"] == "running" and here and gone:
         record["state"] = "interrupted"
     return record
 

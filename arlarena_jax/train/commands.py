@@ -30,17 +30,21 @@ def _one_line_config_errors():
     yield
 
 
+def _single_process() -> bool:
+    """Whether this command runs as one process (several: devices are known only after
+    ``jax.distributed.initialize``)."""
+    try:
+        return distributed_settings(os.environ) is None
+    except ValueError:
+        return False
+
+
 def _device_counter() -> Callable[[], int] | None:
     """``jax.device_count`` for the mesh check while the config loads; None (checked when the
-    mesh is built) when launched as several processes, whose devices are known only after
-    ``jax.distributed.initialize``."""
+    mesh is built) when launched as several processes."""
     import jax
 
-    try:
-        single = distributed_settings(os.environ) is None
-    except ValueError:
-        single = False
-    return jax.device_count if single else None
+    return jax.device_count if _single_process() else None
 
 
 def _config(
@@ -52,10 +56,12 @@ def _config(
 ) -> Config:
     """The checked config; a bad key, a method the trainer cannot run, missing environment data
     (ALFWorld games) or, for a command that ``runs`` the model (train, sft, eval), a mesh larger
-    than the devices, a missing model or tokenizer directory, an unwritable run directory or
-    checkpoints of another model stop here with one ConfigError line. Keys the environment
+    than the devices, a missing model or tokenizer directory, an unwritable run directory,
+    checkpoints of another model or sizes whose memory estimate is far above the machine's
+    (:mod:`~arlarena_jax.train.memory_estimate`) stop here with one ConfigError line. Keys the
+    environment
     ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
-    from arlarena_jax.train import build, preflight, start
+    from arlarena_jax.train import build, memory_estimate, preflight, start
 
     checks_mesh = runs and not getattr(args, "print_config", False)
     token = DEVICE_COUNT.set(_device_counter() if checks_mesh else None)
@@ -74,6 +80,9 @@ def _config(
         preflight.check_paths(config)
         preflight.check_checkpoints(config)
         start.check_start(config)
+        memory_estimate.check_config_memory(
+            config, training=training, devices_known=_single_process()
+        )
     build.check_data(config, training=training)
     return config
 

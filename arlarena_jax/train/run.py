@@ -197,14 +197,22 @@ class Run:
     """One run of ``config`` (resolved: every method setting and the run directory pinned)."""
 
     def __init__(
-        self, config: Config, *, console: bool = True, guard: PreemptionGuard | None = None
+        self,
+        config: Config,
+        *,
+        console: bool = True,
+        guard: PreemptionGuard | None = None,
+        lock_wait_s: float = 0.0,
     ) -> None:
+        """``lock_wait_s``: how long to wait for a run directory another process holds
+        (:mod:`~arlarena_jax.train.run_lock`) before refusing it."""
         self.config = config = resolve(config)
         self.console, self.guard, self.phase = console, guard, "startup"
         self.run_dir = Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
-        lock = hold_run_dir(self.run_dir, jax.process_index())  # before anything is written
+        # before anything is written
+        lock = hold_run_dir(self.run_dir, jax.process_index(), wait_s=lock_wait_s)
         if lock is not None:
             self._closing.callback(lock.release)
         try:
