@@ -56,11 +56,12 @@ def overrides(shared, run_dir) -> list[str]:
     return [*SMALL, f"model.tokenizer={shared / 'tokenizer'}", f"trainer.run_dir={run_dir}"]
 
 
-def arlarena_train(shared, run_dir, marker: str, sig: int) -> tuple[int, str]:
-    """Start ``arlarena train`` on ``run_dir``, send ``sig`` once a line contains ``marker``;
-    (exit status, all output)."""
+def arlarena_train(shared, run_dir, marker: str, sig: int, *extra: str) -> tuple[int, str]:
+    """Start ``arlarena train`` on ``run_dir`` (overrides: SMALL, then ``extra``), send ``sig``
+    once a line contains ``marker``; (exit status, all output)."""
+    argv = [CONFIG, *overrides(shared, run_dir), *extra]
     proc = subprocess.Popen(  # the session's compilation cache and flags (tests/conftest.py)
-        [sys.executable, "-m", "arlarena_jax", "train", CONFIG, *overrides(shared, run_dir)],
+        [sys.executable, "-m", "arlarena_jax", "train", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -139,18 +140,58 @@ def test_the_same_command_then_finishes_the_run(shared, stopped_thrice):
     assert "stopped" not in summary_table(summary)
 
 
-def test_continued_cloning_equals_an_uninterrupted_cloning(shared, stopped_thrice, tmp_path):
-    *_, cloned = stopped_thrice
-    config = load_config(CONFIG, overrides(shared, tmp_path))
-    with Run(config, console=False) as run:
+@pytest.fixture(scope="module")
+def uninterrupted_clone(shared, tmp_path_factory):
+    """The parameters of the cloning of SMALL, uninterrupted, as saved at step 0."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted_clone")
+    with Run(load_config(CONFIG, overrides(shared, run_dir)), console=False) as run:
         run.clone()
         run.save(force=True)
         run.checkpointer.wait()
-    expected = saved_params(tmp_path / "checkpoints" / "0")
-    leaves = jax.tree.leaves(cloned)
-    assert len(leaves) == len(jax.tree.leaves(expected)) > 0
-    for got, want in zip(leaves, jax.tree.leaves(expected), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    return saved_params(run_dir / "checkpoints" / "0")
+
+
+def assert_same_params(got, want) -> None:
+    """Bitwise equal: the same jitted steps on the same batches, from the same saved state."""
+    leaves = jax.tree.leaves(got)
+    assert len(leaves) == len(jax.tree.leaves(want)) > 0
+    for a, b in zip(leaves, jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_continued_cloning_equals_an_uninterrupted_cloning(stopped_thrice, uninterrupted_clone):
+    *_, cloned = stopped_thrice
+    assert_same_params(cloned, uninterrupted_clone)
+
+
+def test_a_cloning_killed_hard_continues_from_its_last_save(
+    shared, tmp_path, monkeypatch, uninterrupted_clone
+):
+    """SIGKILL (no handler runs) after cloning step 10 of 14, with ``sft.save_every_s`` tiny
+    (a save after every step): the next start reads the kept demonstrations (playing them again
+    would fail here), continues the cloning from the newest save, and clones the same parameters
+    as an uninterrupted cloning, bitwise."""
+    every_step = "sft.save_every_s=0.000001"
+    status, output = arlarena_train(shared, tmp_path, "[cloning 10]", signal.SIGKILL, every_step)
+    assert status == -signal.SIGKILL, output
+    saved = Checkpointer(tmp_path / "checkpoints_sft", keep=1)
+    step = saved.latest_step()
+    saved.close()
+    assert step is not None and 8 <= step <= 14, output  # step 8 is committed when 10 logs
+    assert (tmp_path / "demonstrations.jsonl").is_file()
+    assert not list((tmp_path / "checkpoints").glob("[0-9]*"))  # no RL step yet
+
+    def no_playing(*args, **kwargs):
+        raise AssertionError("the demonstrations were played again")
+
+    monkeypatch.setattr("arlarena_jax.train.run.demonstrations", no_playing)
+    config = load_config(CONFIG, [*overrides(shared, tmp_path), every_step])
+    with Run(config, console=False) as run:
+        run.start()  # clones on from the save, evaluates, saves step 0
+        run.checkpointer.wait()
+    assert_same_params(saved_params(tmp_path / "checkpoints" / "0"), uninterrupted_clone)
+    assert not (tmp_path / "checkpoints_sft").exists()
+    assert not (tmp_path / "demonstrations.jsonl").exists()  # gone with the cloning state
 
 
 class Stop(Exception):

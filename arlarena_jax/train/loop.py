@@ -21,6 +21,8 @@ chunks, after an RL step, before the export. What a resumed run needs is saved f
 cloning in ``run_dir/checkpoints_sft``, the RL state in ``run_dir/checkpoints``), and the summary
 carries ``stopped`` (e.g. ``"SIGTERM during cloning at step 37 of 260"``); ``arlarena train`` then
 prints :func:`stop_line` and exits with :data:`EXIT_STOPPED`. Running the same command resumes.
+A hard kill loses little: cloning also saves every ``sft.save_every_s`` seconds and keeps its
+demonstrations, RL every ``trainer.save_every`` steps.
 
 The pieces live in :class:`~arlarena_jax.train.run.Run`; this module reads top to bottom.
 """

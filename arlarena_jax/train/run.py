@@ -21,6 +21,12 @@ cloning first saves its state (parameters, optimizer state, steps done) in
 next start continues from there: from the RL checkpoints, else from the cloning checkpoint, which
 is removed once the cloned policy is saved as step 0.
 
+Hard kills (SIGKILL, a lost node): cloning also saves its state every ``sft.save_every_s`` seconds
+of cloning and after its last step, and its demonstrations are kept in
+``run_dir/demonstrations.jsonl`` (with a hash of the ``env`` settings and seeds that made them)
+until step 0 is saved, so a killed cloning goes on from its newest save without playing the
+expert again.
+
 Only what a command uses is built: ``arlarena eval`` opens no writer and no training
 environments. Training task seeds come from a NumPy generator seeded by ``trainer.seed`` and
 restored on resume; demonstration and evaluation seeds come from disjoint blocks (``build``).
@@ -30,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import math
 import shutil
 import signal
@@ -54,7 +62,7 @@ from arlarena_jax.train.checkpoint import (
     read_params,
 )
 from arlarena_jax.train.config import Config, ConfigError, resolve
-from arlarena_jax.train.config_io import dump_config
+from arlarena_jax.train.config_io import config_to_dict, dump_config
 from arlarena_jax.train.critic import (
     CriticSetup,
     CriticState,
@@ -64,7 +72,12 @@ from arlarena_jax.train.critic import (
     make_values_fn,
     value_forward,
 )
-from arlarena_jax.train.demos import demonstrations
+from arlarena_jax.train.demos import (
+    Demonstration,
+    demonstrations,
+    read_demonstrations,
+    write_demonstrations,
+)
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
@@ -138,12 +151,24 @@ class Summary:
     stopped: str | None = None  # e.g. "SIGTERM during cloning at step 37 of 260"; None: finished
 
 
-CLONING_CHECKPOINTS = "checkpoints_sft"  # a stopped cloning's state, until step 0 is saved
+CLONING_CHECKPOINTS = "checkpoints_sft"  # cloning's state, until step 0 is saved
+DEMONSTRATIONS = "demonstrations.jsonl"  # the expert turns cloning trains on, as long
 
 
 class Stopped(Exception):
     """SIGTERM or SIGINT arrived: raised at a safe point, what to resume is saved (or is
     saved by :meth:`Run.stopped`). ``str()`` says which signal, in which phase, at which step."""
+
+
+def demonstrations_key(config: Config) -> str:
+    """What makes the cloning's demonstrations (the ``env`` settings, the seeds), hashed: kept
+    demonstrations are read back only under the same key."""
+    made_by = {
+        "env": config_to_dict(config.env),
+        "seeds": [build.DEMO_SEED_BASE, config.sft.num_episodes],
+    }
+    text = json.dumps(made_by, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -246,6 +271,8 @@ class Run:
         self._setup: UpdateSetup | None = None
         self._cloning: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
         self._cloned = False  # cloning finished in this process (its policy not saved yet)
+        self._cloning_saved_at = time.monotonic()  # when cloning last saved (or began)
+        self._cloning_loss = math.nan  # of the last cloning step
         self._closing.callback(self._close_cloning)
         self._timer = Timer()
         self._progress = ConsoleProgress(config.trainer.total_steps) if self.console else None
@@ -354,11 +381,9 @@ class Run:
 
     def clone(self) -> dict[str, float]:
         """Behaviour cloning on expert demonstrations of their own seed block (``sft.*``),
-        continuing a stopped cloning from ``run_dir/checkpoints_sft``."""
+        continuing a stopped or killed cloning from ``run_dir/checkpoints_sft``."""
         c, sft = self.config, self.config.sft
-        self.phase = "demonstrations"
-        seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
-        demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
+        demos = self._demonstrations()
         if not demos:
             raise ConfigError(
                 f"config key 'sft.num_episodes': none of the {sft.num_episodes} expert episodes "
@@ -383,13 +408,14 @@ class Run:
             again = f", continuing after step {state.step}" if state.step else ""
             print(f"cloning: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
         self.check_stop((state.step, job.total))
+        self._cloning_saved_at = time.monotonic()  # seconds of cloning are counted from here
         final, history = job.run(
             state, log_fn=self._log_cloning, after_step=lambda s: self._cloning_step(job, s)
         )
         nnx.update(self.model, final.params)
         self.state, self._cloned = None, True  # rebuilt from the cloned parameters
         metrics = {
-            "sft/final_loss": history[-1]["loss"] if history else math.nan,
+            "sft/final_loss": history[-1]["loss"] if history else self._cloning_loss,
             "sft/examples": float(len(demos)),
             "sft/steps": float(job.total),
             "timing/sft": time.perf_counter() - start,
@@ -398,6 +424,25 @@ class Run:
         if self.console:
             print(f"cloning done: loss {metrics['sft/final_loss']:.4f}", flush=True)
         return metrics
+
+    def _demonstrations(self) -> list[Demonstration]:
+        """The expert turns to clone: those an earlier start of this cloning kept in
+        ``run_dir/demonstrations.jsonl`` (made by the same ``env`` settings and seeds), else
+        played now and kept there (removed with the cloning checkpoint)."""
+        c, sft = self.config, self.config.sft
+        self.phase = "demonstrations"
+        path, key = self.run_dir / DEMONSTRATIONS, demonstrations_key(c)
+        demos = read_demonstrations(path, key)
+        (missing,) = self._on_any_process(demos is None)  # all play, or none
+        if not missing:
+            if self.console:
+                print(f"demonstrations: {len(demos)} expert turns kept in {path}", flush=True)
+            return demos
+        seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
+        demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
+        if demos and jax.process_index() == 0:
+            write_demonstrations(path, demos, key)
+        return demos
 
     def adopt_start(self) -> None:
         """Take the cloned policy of the shared start in ``sft.init_from`` (its checkpoint step 0,
@@ -414,7 +459,7 @@ class Run:
             print(f"starting from the cloned policy of {directory}", flush=True)
 
     def _cloning_start(self, job: SFTJob) -> CloneState:
-        """The state a stopped cloning saved in ``run_dir/checkpoints_sft``, else the start."""
+        """The state cloning last saved in ``run_dir/checkpoints_sft``, else the start."""
         _, params = nnx.split(self.model)
         fresh = job.start(params)
         directory = self.run_dir / CLONING_CHECKPOINTS
@@ -430,12 +475,26 @@ class Run:
                 f"steps over {made[1]} batches per epoch, this config clones {wants[0]} steps "
                 f"over {wants[1]}; remove {directory} to clone from the start"
             )
+        self._cloning_loss = float(host.get("loss", math.nan))
         return CloneState(tree["params"], tree["opt_state"], step)
 
     def _cloning_step(self, job: SFTJob, state: CloneState) -> None:
-        """After a cloning step (but the last): once stopped, save the cloning state and stop."""
-        if state.step >= job.total or not self.stop_requested():
-            return
+        """After a cloning step: save the cloning state once ``sft.save_every_s`` seconds of
+        cloning have passed since the last save, and after the last step (so a hard kill loses
+        at most that much); once stopped (but the last step), save it and stop."""
+        every, last = self.config.sft.save_every_s, state.step >= job.total
+        due = every > 0 and (last or time.monotonic() - self._cloning_saved_at >= every)
+        requested = self.guard is not None and self.guard.requested
+        requested, due = self._on_any_process(requested, due)  # every process saves, or none
+        stop = requested and not last
+        if stop or due:
+            self._save_cloning(job, state, wait=stop)
+        if stop:
+            raise self._stopped_at((state.step, job.total))
+
+    def _save_cloning(self, job: SFTJob, state: CloneState, *, wait: bool) -> None:
+        """Save ``state`` in ``run_dir/checkpoints_sft`` (keeping only the newest), in the
+        background unless ``wait``."""
         checkpointer = self._cloning_checkpointer()
         if state.step not in checkpointer.all_steps():
             epoch, batch = job.position(state.step)
@@ -445,11 +504,13 @@ class Run:
                 batches_per_epoch=job.num_batches,
                 epoch=epoch,  # the next batch: the stream's position
                 batch=batch,
+                loss=self._cloning_loss,  # of the last step done
             )
             tree = {"params": state.params, "opt_state": state.opt_state}
             checkpointer.save(state.step, tree, host, force=True)
+        if wait:
             checkpointer.wait()
-        raise self._stopped_at((state.step, job.total))
+        self._cloning_saved_at = time.monotonic()
 
     def _cloning_checkpointer(self) -> Checkpointer:
         if self._cloning is None:
@@ -462,13 +523,17 @@ class Run:
             self._cloning = None
 
     def _remove_cloning_checkpoint(self) -> None:
-        """Once the cloned policy is an RL checkpoint, the cloning checkpoint goes."""
+        """Once the cloned policy is an RL checkpoint, the cloning checkpoint and the kept
+        demonstrations go."""
         self._close_cloning()
         directory = self.run_dir / CLONING_CHECKPOINTS
-        if directory.is_dir() and jax.process_index() == 0:
-            shutil.rmtree(directory)
+        if jax.process_index() == 0:
+            if directory.is_dir():
+                shutil.rmtree(directory)
+            (self.run_dir / DEMONSTRATIONS).unlink(missing_ok=True)
 
     def _log_cloning(self, step: int, metrics: dict[str, float]) -> None:
+        self._cloning_loss = metrics["loss"]
         self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items()})
         if self.console and (step + 1) % 10 == 0:
             print(
@@ -685,13 +750,18 @@ class Run:
         (a collective: every process stops at the same safe point)."""
         if self.guard is None:
             return False
-        requested = self.guard.requested
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
+        return self._on_any_process(self.guard.requested)[0]
 
-            gathered = multihost_utils.process_allgather(np.asarray(requested))
-            requested = bool(np.any(gathered))
-        return requested
+    @staticmethod
+    def _on_any_process(*flags: bool) -> tuple[bool, ...]:
+        """Each flag, true where it is true on any process (on several, a collective that
+        every process calls at the same point, so all decide alike)."""
+        if jax.process_count() == 1:
+            return tuple(bool(f) for f in flags)
+        from jax.experimental import multihost_utils
+
+        gathered = multihost_utils.process_allgather(np.asarray(flags, np.bool_))
+        return tuple(bool(f) for f in np.any(gathered.reshape(-1, len(flags)), axis=0))
 
     def _stopped_at(self, at: tuple[int, int] | None) -> Stopped:
         if at is None and self.phase != "demonstrations":
