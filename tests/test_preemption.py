@@ -278,3 +278,67 @@ def test_a_stop_during_demonstrations_or_export_saves_and_the_next_start_finishe
     monkeypatch.undo()
     finished = train(config, console=False)
     assert finished.stopped is None and finished.steps == 1 and (tmp_path / "hf").is_dir()
+
+
+def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
+    shared, tmp_path, monkeypatch, capsys
+):
+    """SIGTERM arrives while the export writes: the run stops (75's summary) once the export
+    is done; the next start exports again without evaluating again, and marks the run complete;
+    a third start does nothing and says so in one line (exit 0). A raised total_steps is work."""
+    from arlarena_jax import cli
+    from arlarena_jax.train import run as run_module
+    from arlarena_jax.train.final import read_final
+    from arlarena_jax.train.run import complete_summary
+
+    config = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.export_hf=true"])
+    guard, exports, evaluations = SignalOnEntering("never"), [], []
+    original_export, original_evaluate = run_module.export_hf, Run.evaluate
+
+    def export(*args, **kwargs):
+        exports.append(1)
+        if len(exports) == 1:  # the first export: the signal lands while it writes
+            guard.phase = "export"
+        return original_export(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        evaluations.append(self.phase)
+        return original_evaluate(self, *args, **kwargs)
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        guard.run = self
+
+    original_init = Run.__init__
+    monkeypatch.setattr(run_module, "export_hf", export)
+    monkeypatch.setattr(Run, "evaluate", evaluate)
+    monkeypatch.setattr(Run, "__init__", init)
+    summary = train(config, console=False, guard=guard)
+    assert summary.stopped == "SIGTERM during export at step 1 of 1"
+    assert exports == [1] and (tmp_path / "hf").is_dir()
+    record = read_final(tmp_path)
+    assert record["step"] == 1 and record["complete"] is False and record["exported"] is False
+    assert "val/success_rate" in record["final_eval"]
+    assert complete_summary(config) is None
+
+    evaluations.clear()
+    guard.phase = "never"  # no signal now
+    finished = train(config, console=False, guard=guard)
+    assert finished.stopped is None and not finished.already_complete
+    assert exports == [1, 1] and evaluations == []  # the final evaluation read from final.json
+    assert finished.final_eval == record["final_eval"]
+    assert read_final(tmp_path)["complete"] is True
+
+    def no_run(self, *args, **kwargs):
+        raise AssertionError("a complete run was built")
+
+    monkeypatch.setattr(Run, "__init__", no_run)
+    again = train(config, console=False)
+    assert again.already_complete and again.steps == 1 and again.final_eval == record["final_eval"]
+    argv = ["train", CONFIG, *overrides(shared, tmp_path), "trainer.export_hf=true"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out == f"arlarena: run {tmp_path} is complete (step 1); nothing to do\n" and not err
+    more = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.total_steps=2"])
+    assert complete_summary(more) is None  # a raised total_steps goes on training

@@ -95,14 +95,24 @@ def sft_command(args: argparse.Namespace) -> int:
 
 def _train_and_report(config: Config) -> int:
     """Train; print the summary table (status 0), or, when SIGTERM or SIGINT stopped the run
-    after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume)."""
-    from arlarena_jax.train.loop import EXIT_STOPPED, stop_line, summary_table, train
+    after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume), or,
+    for a run that was complete already, one line saying so (status 0)."""
+    from arlarena_jax.train.loop import (
+        EXIT_STOPPED,
+        complete_line,
+        stop_line,
+        summary_table,
+        train,
+    )
 
     with _one_line_config_errors():
         summary = train(config)
     if summary.stopped is not None:
         print(stop_line(summary), file=sys.stderr, flush=True)
         return EXIT_STOPPED
+    if summary.already_complete:
+        print(complete_line(summary), flush=True)
+        return 0
     print(summary_table(summary))
     return 0
 

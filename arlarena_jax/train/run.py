@@ -10,13 +10,15 @@ trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep
 - :meth:`Run.evaluate` measures held-out success;
 - :meth:`Run.step` is one RL iteration (rollout, update, sync, monitor, roll back, log);
 - :meth:`Run.save` checkpoints, :meth:`Run.roll_back` restores the last good checkpoint;
-- :meth:`Run.finish` evaluates, exports and returns the :class:`Summary`.
+- :meth:`Run.finish` evaluates, exports, records the run as complete (``run_dir/final.json``,
+  :mod:`arlarena_jax.train.final`; :func:`complete_summary` reads it back) and returns the
+  :class:`Summary`.
 
 Stopping: with a :class:`~arlarena_jax.train.checkpoint.PreemptionGuard` (``Run(config,
 guard=guard)``), :meth:`Run.check_stop` is called at the safe points of every phase (between
 demonstration chunks, after every cloning step, between evaluation chunks, after every RL step,
-before the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a stopped
-cloning first saves its state (parameters, optimizer state, steps done) in
+before and after the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a
+stopped cloning first saves its state (parameters, optimizer state, steps done) in
 ``run_dir/checkpoints_sft``, and :meth:`Run.stopped` saves the RL state once there is one. The
 next start continues from there: from the RL checkpoints, else from the cloning checkpoint, which
 is removed once the cloned policy is saved as step 0.
@@ -80,6 +82,7 @@ from arlarena_jax.train.demos import (
 )
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_critic, export_hf
+from arlarena_jax.train.final import complete_record, read_final, write_final
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
@@ -149,6 +152,7 @@ class Summary:
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     final_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # val/… at the end
     stopped: str | None = None  # e.g. "SIGTERM during cloning at step 37 of 260"; None: finished
+    already_complete: bool = False  # the run was complete before this start: nothing was done
 
 
 CLONING_CHECKPOINTS = "checkpoints_sft"  # cloning's state, until step 0 is saved
@@ -169,6 +173,28 @@ def demonstrations_key(config: Config) -> str:
     }
     text = json.dumps(made_by, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def complete_summary(config: Config) -> Summary | None:
+    """The summary of a run of ``config`` that its ``final.json`` records as complete
+    (:func:`~arlarena_jax.train.final.complete_record`), read without building anything; None
+    when there is work to do."""
+    t = resolve(config).trainer
+    record = complete_record(t.run_dir, t.total_steps, t.export_hf)
+    if record is None:
+        return None
+    final_eval = record.get("final_eval") or {}
+    return Summary(
+        record.get("sft_success"),
+        final_eval.get("val/success_rate"),
+        record["step"],
+        int(record.get("stability_events", 0)),
+        int(record.get("skipped", 0)),
+        0.0,
+        str(t.run_dir),
+        final_eval=final_eval,
+        already_complete=True,
+    )
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -670,25 +696,64 @@ class Run:
         )
 
     def finish(self) -> Summary:
-        """Wait for checkpoints; at the end of the schedule evaluate and export; the summary."""
+        """Wait for checkpoints; at the end of the schedule evaluate, export and record the run
+        as complete in ``run_dir/final.json`` (``arlarena_jax.train.final``); the summary. A
+        stop during the export stops the run: the next start exports again (the final
+        evaluation it reads from the record)."""
         t = self.config.trainer
         if self.host.step == 0 and 0 not in self.checkpointer.all_steps():
             self.save(force=True)  # cloning only: keep the cloned policy
         self.checkpointer.wait()
-        final_eval: dict[str, float] = {}
-        if self.done and t.total_steps > 0:
+        if not self.done:
+            return self._summary({})
+        record = self._final_record()
+        if t.total_steps > 0 and record["final_eval"] is None:
             self.phase = "the final evaluation"
-            final_eval = self.evaluate(self.host.step)
-        if self.done and t.export_hf:
+            record["final_eval"] = self.evaluate(self.host.step)
+            self._write_final(record)
+        if t.export_hf:
             self.phase = "export"
             self.check_stop()
-            nnx.update(self.model, self.train_state().params)
-            export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
-            if self.state.critic is not None:
-                nnx.update(self._critic_module, self.state.critic_params)
-                critic = exportable_critic(self._critic_module, self.model)
-                export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
-        return self._summary(final_eval)
+            self._export()
+            self.check_stop()  # a stop that arrived during the export
+            record["exported"] = True
+        final_eval = record["final_eval"] or {}
+        summary = self._summary(final_eval)
+        record |= dict(
+            complete=True,
+            stability_events=summary.stability_events,
+            skipped=summary.skipped_updates,
+        )
+        self._write_final(record)
+        return summary
+
+    def _final_record(self) -> dict[str, Any]:
+        """``run_dir/final.json`` when it is of the step this start resumed from and trained no
+        further (a stop during the export left it), else a new record of this step."""
+        record = read_final(self.run_dir)
+        untouched = not self.history and not self._cloned
+        if record is not None and record["step"] == self.host.step and untouched:
+            return record | dict(complete=False)
+        return dict(
+            step=self.host.step,
+            final_eval=None,
+            sft_success=self.host.sft_success,
+            exported=False,
+            complete=False,
+        )
+
+    def _write_final(self, record: dict[str, Any]) -> None:
+        if jax.process_index() == 0:
+            write_final(self.run_dir, record)
+
+    def _export(self) -> None:
+        """The Hugging Face export of the policy (``run_dir/hf``) and of the critic if any."""
+        nnx.update(self.model, self.train_state().params)
+        export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
+        if self.state.critic is not None:
+            nnx.update(self._critic_module, self.state.critic_params)
+            critic = exportable_critic(self._critic_module, self.model)
+            export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
 
     def _summary(self, final_eval: dict[str, float], stopped: str | None = None) -> Summary:
         return Summary(
