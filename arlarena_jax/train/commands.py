@@ -118,9 +118,20 @@ def _train_and_report(config: Config) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """Evaluate the run's newest checkpoint (or the untrained model) on the held-out seeds."""
+    """Evaluate the run's newest checkpoint on the held-out seeds. A run directory without a
+    checkpoint (a typo?) is one ConfigError line, unless ``--allow-untrained`` asks for the
+    untrained model."""
     config = _config(args, training=False)
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train.final import newest_checkpoint
     from arlarena_jax.train.run import Run
+
+    run_dir, untrained = Path(args.run_dir), getattr(args, "allow_untrained", False)
+    if not untrained and newest_checkpoint(run_dir / "checkpoints") is None:
+        raise ConfigError(
+            f"config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
+            "--allow-untrained evaluates the untrained model"
+        )
 
     with _one_line_config_errors(), Run(config, console=False) as run:
         step = run.resume()
@@ -186,7 +197,7 @@ def add_commands(commands) -> None:
     for name, handler, text in (
         ("train", train_command, "behaviour cloning (if enabled) then RL, resumable"),
         ("sft", sft_command, "behaviour cloning only"),
-        ("eval", eval_command, "evaluate the newest checkpoint on held-out seeds"),
+        ("eval", eval_command, "evaluate the run's newest checkpoint on held-out seeds"),
         ("gen-data", gen_data_command, "write expert demonstrations as JSON lines"),
     ):
         sub = commands.add_parser(name, help=text)
@@ -194,6 +205,13 @@ def add_commands(commands) -> None:
         if name == "gen-data":
             sub.add_argument("out", help="output .jsonl file")
             sub.add_argument("--episodes", type=int, default=256)
+        if name == "eval":
+            sub.add_argument(
+                "--allow-untrained",
+                action="store_true",
+                help="evaluate the untrained model when the run directory has no checkpoint "
+                "(otherwise that is an error: a mistyped trainer.run_dir)",
+            )
         sub.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
         sub.add_argument(
             "--print-config",
