@@ -56,11 +56,12 @@ def overrides(shared, run_dir) -> list[str]:
     return [*SMALL, f"model.tokenizer={shared / 'tokenizer'}", f"trainer.run_dir={run_dir}"]
 
 
-def arlarena_train(shared, run_dir, marker: str, sig: int) -> tuple[int, str]:
-    """Start ``arlarena train`` on ``run_dir``, send ``sig`` once a line contains ``marker``;
-    (exit status, all output)."""
+def arlarena_train(shared, run_dir, marker: str, sig: int, *extra: str) -> tuple[int, str]:
+    """Start ``arlarena train`` on ``run_dir`` (overrides: SMALL, then ``extra``), send ``sig``
+    once a line contains ``marker``; (exit status, all output)."""
+    argv = [CONFIG, *overrides(shared, run_dir), *extra]
     proc = subprocess.Popen(  # the session's compilation cache and flags (tests/conftest.py)
-        [sys.executable, "-m", "arlarena_jax", "train", CONFIG, *overrides(shared, run_dir)],
+        [sys.executable, "-m", "arlarena_jax", "train", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -139,18 +140,58 @@ def test_the_same_command_then_finishes_the_run(shared, stopped_thrice):
     assert "stopped" not in summary_table(summary)
 
 
-def test_continued_cloning_equals_an_uninterrupted_cloning(shared, stopped_thrice, tmp_path):
-    *_, cloned = stopped_thrice
-    config = load_config(CONFIG, overrides(shared, tmp_path))
-    with Run(config, console=False) as run:
+@pytest.fixture(scope="module")
+def uninterrupted_clone(shared, tmp_path_factory):
+    """The parameters of the cloning of SMALL, uninterrupted, as saved at step 0."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted_clone")
+    with Run(load_config(CONFIG, overrides(shared, run_dir)), console=False) as run:
         run.clone()
         run.save(force=True)
         run.checkpointer.wait()
-    expected = saved_params(tmp_path / "checkpoints" / "0")
-    leaves = jax.tree.leaves(cloned)
-    assert len(leaves) == len(jax.tree.leaves(expected)) > 0
-    for got, want in zip(leaves, jax.tree.leaves(expected), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    return saved_params(run_dir / "checkpoints" / "0")
+
+
+def assert_same_params(got, want) -> None:
+    """Bitwise equal: the same jitted steps on the same batches, from the same saved state."""
+    leaves = jax.tree.leaves(got)
+    assert len(leaves) == len(jax.tree.leaves(want)) > 0
+    for a, b in zip(leaves, jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_continued_cloning_equals_an_uninterrupted_cloning(stopped_thrice, uninterrupted_clone):
+    *_, cloned = stopped_thrice
+    assert_same_params(cloned, uninterrupted_clone)
+
+
+def test_a_cloning_killed_hard_continues_from_its_last_save(
+    shared, tmp_path, monkeypatch, uninterrupted_clone
+):
+    """SIGKILL (no handler runs) after cloning step 10 of 14, with ``sft.save_every_s`` tiny
+    (a save after every step): the next start reads the kept demonstrations (playing them again
+    would fail here), continues the cloning from the newest save, and clones the same parameters
+    as an uninterrupted cloning, bitwise."""
+    every_step = "sft.save_every_s=0.000001"
+    status, output = arlarena_train(shared, tmp_path, "[cloning 10]", signal.SIGKILL, every_step)
+    assert status == -signal.SIGKILL, output
+    saved = Checkpointer(tmp_path / "checkpoints_sft", keep=1)
+    step = saved.latest_step()
+    saved.close()
+    assert step is not None and 8 <= step <= 14, output  # step 8 is committed when 10 logs
+    assert (tmp_path / "demonstrations.jsonl").is_file()
+    assert not list((tmp_path / "checkpoints").glob("[0-9]*"))  # no RL step yet
+
+    def no_playing(*args, **kwargs):
+        raise AssertionError("the demonstrations were played again")
+
+    monkeypatch.setattr("arlarena_jax.train.run.demonstrations", no_playing)
+    config = load_config(CONFIG, [*overrides(shared, tmp_path), every_step])
+    with Run(config, console=False) as run:
+        run.start()  # clones on from the save, evaluates, saves step 0
+        run.checkpointer.wait()
+    assert_same_params(saved_params(tmp_path / "checkpoints" / "0"), uninterrupted_clone)
+    assert not (tmp_path / "checkpoints_sft").exists()
+    assert not (tmp_path / "demonstrations.jsonl").exists()  # gone with the cloning state
 
 
 class Stop(Exception):
@@ -237,3 +278,67 @@ def test_a_stop_during_demonstrations_or_export_saves_and_the_next_start_finishe
     monkeypatch.undo()
     finished = train(config, console=False)
     assert finished.stopped is None and finished.steps == 1 and (tmp_path / "hf").is_dir()
+
+
+def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
+    shared, tmp_path, monkeypatch, capsys
+):
+    """SIGTERM arrives while the export writes: the run stops (75's summary) once the export
+    is done; the next start exports again without evaluating again, and marks the run complete;
+    a third start does nothing and says so in one line (exit 0). A raised total_steps is work."""
+    from arlarena_jax import cli
+    from arlarena_jax.train import run as run_module
+    from arlarena_jax.train.final import read_final
+    from arlarena_jax.train.run import complete_summary
+
+    config = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.export_hf=true"])
+    guard, exports, evaluations = SignalOnEntering("never"), [], []
+    original_export, original_evaluate = run_module.export_hf, Run.evaluate
+
+    def export(*args, **kwargs):
+        exports.append(1)
+        if len(exports) == 1:  # the first export: the signal lands while it writes
+            guard.phase = "export"
+        return original_export(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        evaluations.append(self.phase)
+        return original_evaluate(self, *args, **kwargs)
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        guard.run = self
+
+    original_init = Run.__init__
+    monkeypatch.setattr(run_module, "export_hf", export)
+    monkeypatch.setattr(Run, "evaluate", evaluate)
+    monkeypatch.setattr(Run, "__init__", init)
+    summary = train(config, console=False, guard=guard)
+    assert summary.stopped == "SIGTERM during export at step 1 of 1"
+    assert exports == [1] and (tmp_path / "hf").is_dir()
+    record = read_final(tmp_path)
+    assert record["step"] == 1 and record["complete"] is False and record["exported"] is False
+    assert "val/success_rate" in record["final_eval"]
+    assert complete_summary(config) is None
+
+    evaluations.clear()
+    guard.phase = "never"  # no signal now
+    finished = train(config, console=False, guard=guard)
+    assert finished.stopped is None and not finished.already_complete
+    assert exports == [1, 1] and evaluations == []  # the final evaluation read from final.json
+    assert finished.final_eval == record["final_eval"]
+    assert read_final(tmp_path)["complete"] is True
+
+    def no_run(self, *args, **kwargs):
+        raise AssertionError("a complete run was built")
+
+    monkeypatch.setattr(Run, "__init__", no_run)
+    again = train(config, console=False)
+    assert again.already_complete and again.steps == 1 and again.final_eval == record["final_eval"]
+    argv = ["train", CONFIG, *overrides(shared, tmp_path), "trainer.export_hf=true"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out == f"arlarena: run {tmp_path} is complete (step 1); nothing to do\n" and not err
+    more = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.total_steps=2"])
+    assert complete_summary(more) is None  # a raised total_steps goes on training

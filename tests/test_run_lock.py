@@ -98,6 +98,7 @@ def test_the_cli_refuses_a_held_directory_in_one_line(tmp_path):
                 "-m",
                 "arlarena_jax",
                 "eval",
+                "--allow-untrained",  # the directory holds no checkpoint yet
                 str(ROOT / "configs/sokoban/base_tiny.yaml"),
                 f"trainer.run_dir={tmp_path / 'run'}",
             ],

@@ -111,10 +111,26 @@ def test_a_model_that_does_not_load_names_the_key_and_the_file(tmp_path, capsys)
     tokenizer = tmp_path / "tokenizer"
     train_tiny(["<action>up</action>"] * 4, vocab_size=300).save_pretrained(tokenizer)
     run_dir = tmp_path / "run"
-    argv = ["eval", CONFIG, f"model.path={path}", f"model.tokenizer={tokenizer}"]
+    argv = [
+        "eval",
+        "--allow-untrained",  # before the config: the overrides end the command line
+        CONFIG,
+        f"model.path={path}",
+        f"model.tokenizer={tokenizer}",
+    ]
     err = fails([*argv, f"trainer.run_dir={run_dir}"], capsys)
     assert err.startswith(f"arlarena: config key 'model.path': cannot load the model in {path}")
     assert "config.json" in err
+
+
+def test_eval_of_a_run_directory_without_a_checkpoint_is_one_line(tmp_path, capsys):
+    run_dir = tmp_path / "runs" / "sokoban" / "sampo_seed0_typo"
+    err = fails(["eval", CONFIG, f"trainer.run_dir={run_dir}"], capsys)
+    assert err == (
+        f"arlarena: config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
+        "--allow-untrained evaluates the untrained model"
+    )
+    assert not run_dir.exists()  # nothing is created for a mistyped directory
 
 
 def test_build_model_turns_a_broken_file_into_a_config_error(tmp_path):

@@ -104,22 +104,43 @@ def sft_command(args: argparse.Namespace) -> int:
 
 def _train_and_report(config: Config) -> int:
     """Train; print the summary table (status 0), or, when SIGTERM or SIGINT stopped the run
-    after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume)."""
-    from arlarena_jax.train.loop import EXIT_STOPPED, stop_line, summary_table, train
+    after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume), or,
+    for a run that was complete already, one line saying so (status 0)."""
+    from arlarena_jax.train.loop import (
+        EXIT_STOPPED,
+        complete_line,
+        stop_line,
+        summary_table,
+        train,
+    )
 
     with _one_line_config_errors():
         summary = train(config)
     if summary.stopped is not None:
         print(stop_line(summary), file=sys.stderr, flush=True)
         return EXIT_STOPPED
+    if summary.already_complete:
+        print(complete_line(summary), flush=True)
+        return 0
     print(summary_table(summary))
     return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """Evaluate the run's newest checkpoint (or the untrained model) on the held-out seeds."""
+    """Evaluate the run's newest checkpoint on the held-out seeds. A run directory without a
+    checkpoint (a typo?) is one ConfigError line, unless ``--allow-untrained`` asks for the
+    untrained model."""
     config = _config(args, training=False)
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train.final import newest_checkpoint
     from arlarena_jax.train.run import Run
+
+    run_dir, untrained = Path(args.run_dir), getattr(args, "allow_untrained", False)
+    if not untrained and newest_checkpoint(run_dir / "checkpoints") is None:
+        raise ConfigError(
+            f"config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
+            "--allow-untrained evaluates the untrained model"
+        )
 
     with _one_line_config_errors(), Run(config, console=False) as run:
         step = run.resume()
@@ -185,7 +206,7 @@ def add_commands(commands) -> None:
     for name, handler, text in (
         ("train", train_command, "behaviour cloning (if enabled) then RL, resumable"),
         ("sft", sft_command, "behaviour cloning only"),
-        ("eval", eval_command, "evaluate the newest checkpoint on held-out seeds"),
+        ("eval", eval_command, "evaluate the run's newest checkpoint on held-out seeds"),
         ("gen-data", gen_data_command, "write expert demonstrations as JSON lines"),
     ):
         sub = commands.add_parser(name, help=text)
@@ -193,6 +214,13 @@ def add_commands(commands) -> None:
         if name == "gen-data":
             sub.add_argument("out", help="output .jsonl file")
             sub.add_argument("--episodes", type=int, default=256)
+        if name == "eval":
+            sub.add_argument(
+                "--allow-untrained",
+                action="store_true",
+                help="evaluate the untrained model when the run directory has no checkpoint "
+                "(otherwise that is an error: a mistyped trainer.run_dir)",
+            )
         sub.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
         sub.add_argument(
             "--print-config",

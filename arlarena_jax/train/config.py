@@ -154,6 +154,9 @@ class SFTConfig:
     batch_size: int = 16
     optim: OptimConfig = SFT_OPTIM
     seed: int = 0
+    # seconds of cloning between saves of its state (run_dir/checkpoints_sft), so a hard kill
+    # loses at most that much; 0 = save only when stopped by a signal
+    save_every_s: float = 300.0
     # a run directory written by `arlarena sft` (a shared start, arlarena_jax/train/start.py):
     # take its cloned policy (checkpoint step 0) and its evaluation instead of cloning
     init_from: str | None = None
@@ -497,6 +500,7 @@ def validate(config: Config) -> Config:
     if not config.critic.cliprange_value > 0:
         _fail("critic.cliprange_value", f"must be > 0, got {config.critic.cliprange_value!r}")
     _at_least(config.sft, "sft", 1, "num_episodes", "epochs", "steps", "batch_size")
+    _at_least(config.sft, "sft", 0, "save_every_s")
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
     _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "eval_episodes", "save_every")

@@ -27,7 +27,10 @@ replays it through the rollout.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from arlarena_jax.errors import ConfigError
@@ -174,3 +177,29 @@ def demonstrations(
         )
     finally:
         envs.close()
+
+
+def write_demonstrations(path: Path, demos: Sequence[Demonstration], key: str) -> None:
+    """Write ``demos`` as JSON lines after a first line ``{"key": key}`` (what made them),
+    atomically: a temporary file renamed over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w") as f:
+        f.write(json.dumps({"key": key}) + "\n")
+        for d in demos:
+            f.write(json.dumps({"prompt": d.prompt, "reply": d.reply}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_demonstrations(path: Path, key: str) -> list[Demonstration] | None:
+    """The demonstrations :func:`write_demonstrations` wrote to ``path`` under ``key``; None
+    when there is no such file, it is unreadable or another key made it."""
+    try:
+        with Path(path).open() as f:
+            if json.loads(f.readline()).get("key") != key:
+                return None
+            return [Demonstration(r["prompt"], r["reply"]) for r in map(json.loads, f)]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None

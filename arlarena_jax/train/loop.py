@@ -13,14 +13,22 @@
    directory resumes from the newest checkpoint and continues as the uninterrupted run would
    (parameters, optimizer and objective state, the task-seed RNG and the sampler's call counter
    are all restored);
-4. the final evaluation, a Hugging Face export (``trainer.export_hf``) and a summary.
+4. the final evaluation, a Hugging Face export (``trainer.export_hf``), the record of a complete
+   run and a summary.
 
 SIGTERM or SIGINT (a second SIGINT interrupts at once) stops the run at the next safe point of
 whatever phase it is in: between demonstration chunks, after a cloning step, between evaluation
-chunks, after an RL step, before the export. What a resumed run needs is saved first (a stopped
-cloning in ``run_dir/checkpoints_sft``, the RL state in ``run_dir/checkpoints``), and the summary
-carries ``stopped`` (e.g. ``"SIGTERM during cloning at step 37 of 260"``); ``arlarena train`` then
-prints :func:`stop_line` and exits with :data:`EXIT_STOPPED`. Running the same command resumes.
+chunks, after an RL step, before and after the export. What a resumed run needs is saved first
+(a stopped cloning in ``run_dir/checkpoints_sft``, the RL state in ``run_dir/checkpoints``), and
+the summary carries ``stopped`` (e.g. ``"SIGTERM during cloning at step 37 of 260"``);
+``arlarena train`` then prints :func:`stop_line` and exits with :data:`EXIT_STOPPED`. Running the
+same command resumes.
+A hard kill loses little: cloning also saves every ``sft.save_every_s`` seconds and keeps its
+demonstrations, RL every ``trainer.save_every`` steps. A finished run is recorded as complete in
+``run_dir/final.json`` (``arlarena_jax.train.final``) once its export is done (a stop during the
+export stops it, and the next start exports again); started again, :func:`train` returns its
+summary with ``already_complete`` and does nothing (``arlarena train`` prints
+:func:`complete_line`, status 0), unless ``trainer.total_steps`` was raised.
 
 The pieces live in :class:`~arlarena_jax.train.run.Run`; this module reads top to bottom.
 """
@@ -32,7 +40,7 @@ from typing import Any
 
 from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
-from arlarena_jax.train.run import Run, Stopped, Summary
+from arlarena_jax.train.run import Run, Stopped, Summary, complete_summary
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
 
@@ -41,6 +49,9 @@ def train(config: Config, *, console: bool = True, guard: Any = None) -> Summary
     """Run (or resume) the whole job described by ``config`` (see module doc). ``guard``: what
     tells a stop was asked (``requested``, ``signal``); default a :class:`PreemptionGuard` on
     SIGTERM and SIGINT for the duration of the run."""
+    finished = complete_summary(config)  # a complete run started again: nothing to do
+    if finished is not None:
+        return finished
     own = PreemptionGuard(sigint=True) if guard is None else contextlib.nullcontext(guard)
     with own as guard, Run(config, console=console, guard=guard) as run:
         try:
@@ -57,6 +68,11 @@ def train(config: Config, *, console: bool = True, guard: Any = None) -> Summary
 def stop_line(summary: Summary) -> str:
     """The one line of a stopped run."""
     return f"arlarena: stopped by {summary.stopped}; run the same command to resume"
+
+
+def complete_line(summary: Summary) -> str:
+    """The one line of a run that was complete before it was started again."""
+    return f"arlarena: run {summary.run_dir} is complete (step {summary.steps}); nothing to do"
 
 
 def summary_table(summary: Summary) -> str:

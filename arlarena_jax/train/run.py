@@ -10,16 +10,24 @@ trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep
 - :meth:`Run.evaluate` measures held-out success;
 - :meth:`Run.step` is one RL iteration (rollout, update, sync, monitor, roll back, log);
 - :meth:`Run.save` checkpoints, :meth:`Run.roll_back` restores the last good checkpoint;
-- :meth:`Run.finish` evaluates, exports and returns the :class:`Summary`.
+- :meth:`Run.finish` evaluates, exports, records the run as complete (``run_dir/final.json``,
+  :mod:`arlarena_jax.train.final`; :func:`complete_summary` reads it back) and returns the
+  :class:`Summary`.
 
 Stopping: with a :class:`~arlarena_jax.train.checkpoint.PreemptionGuard` (``Run(config,
 guard=guard)``), :meth:`Run.check_stop` is called at the safe points of every phase (between
 demonstration chunks, after every cloning step, between evaluation chunks, after every RL step,
-before the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a stopped
-cloning first saves its state (parameters, optimizer state, steps done) in
+before and after the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a
+stopped cloning first saves its state (parameters, optimizer state, steps done) in
 ``run_dir/checkpoints_sft``, and :meth:`Run.stopped` saves the RL state once there is one. The
 next start continues from there: from the RL checkpoints, else from the cloning checkpoint, which
 is removed once the cloned policy is saved as step 0.
+
+Hard kills (SIGKILL, a lost node): cloning also saves its state every ``sft.save_every_s`` seconds
+of cloning and after its last step, and its demonstrations are kept in
+``run_dir/demonstrations.jsonl`` (with a hash of the ``env`` settings and seeds that made them)
+until step 0 is saved, so a killed cloning goes on from its newest save without playing the
+expert again.
 
 Only what a command uses is built: ``arlarena eval`` opens no writer and no training
 environments. Training task seeds come from a NumPy generator seeded by ``trainer.seed`` and
@@ -30,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import math
 import shutil
 import signal
@@ -54,7 +64,7 @@ from arlarena_jax.train.checkpoint import (
     read_params,
 )
 from arlarena_jax.train.config import Config, ConfigError, resolve
-from arlarena_jax.train.config_io import dump_config
+from arlarena_jax.train.config_io import config_to_dict, dump_config
 from arlarena_jax.train.critic import (
     CriticSetup,
     CriticState,
@@ -64,9 +74,15 @@ from arlarena_jax.train.critic import (
     make_values_fn,
     value_forward,
 )
-from arlarena_jax.train.demos import demonstrations
+from arlarena_jax.train.demos import (
+    Demonstration,
+    demonstrations,
+    read_demonstrations,
+    write_demonstrations,
+)
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_critic, export_hf
+from arlarena_jax.train.final import complete_record, read_final, write_final
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
@@ -136,14 +152,49 @@ class Summary:
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     final_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # val/… at the end
     stopped: str | None = None  # e.g. "SIGTERM during cloning at step 37 of 260"; None: finished
+    already_complete: bool = False  # the run was complete before this start: nothing was done
 
 
-CLONING_CHECKPOINTS = "checkpoints_sft"  # a stopped cloning's state, until step 0 is saved
+CLONING_CHECKPOINTS = "checkpoints_sft"  # cloning's state, until step 0 is saved
+DEMONSTRATIONS = "demonstrations.jsonl"  # the expert turns cloning trains on, as long
 
 
 class Stopped(Exception):
     """SIGTERM or SIGINT arrived: raised at a safe point, what to resume is saved (or is
     saved by :meth:`Run.stopped`). ``str()`` says which signal, in which phase, at which step."""
+
+
+def demonstrations_key(config: Config) -> str:
+    """What makes the cloning's demonstrations (the ``env`` settings, the seeds), hashed: kept
+    demonstrations are read back only under the same key."""
+    made_by = {
+        "env": config_to_dict(config.env),
+        "seeds": [build.DEMO_SEED_BASE, config.sft.num_episodes],
+    }
+    text = json.dumps(made_by, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def complete_summary(config: Config) -> Summary | None:
+    """The summary of a run of ``config`` that its ``final.json`` records as complete
+    (:func:`~arlarena_jax.train.final.complete_record`), read without building anything; None
+    when there is work to do."""
+    t = resolve(config).trainer
+    record = complete_record(t.run_dir, t.total_steps, t.export_hf)
+    if record is None:
+        return None
+    final_eval = record.get("final_eval") or {}
+    return Summary(
+        record.get("sft_success"),
+        final_eval.get("val/success_rate"),
+        record["step"],
+        int(record.get("stability_events", 0)),
+        int(record.get("skipped", 0)),
+        0.0,
+        str(t.run_dir),
+        final_eval=final_eval,
+        already_complete=True,
+    )
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -254,6 +305,8 @@ class Run:
         self._setup: UpdateSetup | None = None
         self._cloning: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
         self._cloned = False  # cloning finished in this process (its policy not saved yet)
+        self._cloning_saved_at = time.monotonic()  # when cloning last saved (or began)
+        self._cloning_loss = math.nan  # of the last cloning step
         self._closing.callback(self._close_cloning)
         self._timer = Timer()
         self._progress = ConsoleProgress(config.trainer.total_steps) if self.console else None
@@ -357,11 +410,9 @@ class Run:
 
     def clone(self) -> dict[str, float]:
         """Behaviour cloning on expert demonstrations of their own seed block (``sft.*``),
-        continuing a stopped cloning from ``run_dir/checkpoints_sft``."""
+        continuing a stopped or killed cloning from ``run_dir/checkpoints_sft``."""
         c, sft = self.config, self.config.sft
-        self.phase = "demonstrations"
-        seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
-        demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
+        demos = self._demonstrations()
         if not demos:
             raise ConfigError(
                 f"config key 'sft.num_episodes': none of the {sft.num_episodes} expert episodes "
@@ -386,13 +437,14 @@ class Run:
             again = f", continuing after step {state.step}" if state.step else ""
             print(f"cloning: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
         self.check_stop((state.step, job.total))
+        self._cloning_saved_at = time.monotonic()  # seconds of cloning are counted from here
         final, history = job.run(
             state, log_fn=self._log_cloning, after_step=lambda s: self._cloning_step(job, s)
         )
         nnx.update(self.model, final.params)
         self.state, self._cloned = None, True  # rebuilt from the cloned parameters
         metrics = {
-            "sft/final_loss": history[-1]["loss"] if history else math.nan,
+            "sft/final_loss": history[-1]["loss"] if history else self._cloning_loss,
             "sft/examples": float(len(demos)),
             "sft/steps": float(job.total),
             "timing/sft": time.perf_counter() - start,
@@ -401,6 +453,25 @@ class Run:
         if self.console:
             print(f"cloning done: loss {metrics['sft/final_loss']:.4f}", flush=True)
         return metrics
+
+    def _demonstrations(self) -> list[Demonstration]:
+        """The expert turns to clone: those an earlier start of this cloning kept in
+        ``run_dir/demonstrations.jsonl`` (made by the same ``env`` settings and seeds), else
+        played now and kept there (removed with the cloning checkpoint)."""
+        c, sft = self.config, self.config.sft
+        self.phase = "demonstrations"
+        path, key = self.run_dir / DEMONSTRATIONS, demonstrations_key(c)
+        demos = read_demonstrations(path, key)
+        (missing,) = self._on_any_process(demos is None)  # all play, or none
+        if not missing:
+            if self.console:
+                print(f"demonstrations: {len(demos)} expert turns kept in {path}", flush=True)
+            return demos
+        seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
+        demos = demonstrations(c.env, seeds, before_chunk=self.check_stop)
+        if demos and jax.process_index() == 0:
+            write_demonstrations(path, demos, key)
+        return demos
 
     def adopt_start(self) -> None:
         """Take the cloned policy of the shared start in ``sft.init_from`` (its checkpoint step 0,
@@ -417,7 +488,7 @@ class Run:
             print(f"starting from the cloned policy of {directory}", flush=True)
 
     def _cloning_start(self, job: SFTJob) -> CloneState:
-        """The state a stopped cloning saved in ``run_dir/checkpoints_sft``, else the start."""
+        """The state cloning last saved in ``run_dir/checkpoints_sft``, else the start."""
         _, params = nnx.split(self.model)
         fresh = job.start(params)
         directory = self.run_dir / CLONING_CHECKPOINTS
@@ -433,12 +504,26 @@ class Run:
                 f"steps over {made[1]} batches per epoch, this config clones {wants[0]} steps "
                 f"over {wants[1]}; remove {directory} to clone from the start"
             )
+        self._cloning_loss = float(host.get("loss", math.nan))
         return CloneState(tree["params"], tree["opt_state"], step)
 
     def _cloning_step(self, job: SFTJob, state: CloneState) -> None:
-        """After a cloning step (but the last): once stopped, save the cloning state and stop."""
-        if state.step >= job.total or not self.stop_requested():
-            return
+        """After a cloning step: save the cloning state once ``sft.save_every_s`` seconds of
+        cloning have passed since the last save, and after the last step (so a hard kill loses
+        at most that much); once stopped (but the last step), save it and stop."""
+        every, last = self.config.sft.save_every_s, state.step >= job.total
+        due = every > 0 and (last or time.monotonic() - self._cloning_saved_at >= every)
+        requested = self.guard is not None and self.guard.requested
+        requested, due = self._on_any_process(requested, due)  # every process saves, or none
+        stop = requested and not last
+        if stop or due:
+            self._save_cloning(job, state, wait=stop)
+        if stop:
+            raise self._stopped_at((state.step, job.total))
+
+    def _save_cloning(self, job: SFTJob, state: CloneState, *, wait: bool) -> None:
+        """Save ``state`` in ``run_dir/checkpoints_sft`` (keeping only the newest), in the
+        background unless ``wait``."""
         checkpointer = self._cloning_checkpointer()
         if state.step not in checkpointer.all_steps():
             epoch, batch = job.position(state.step)
@@ -448,11 +533,13 @@ class Run:
                 batches_per_epoch=job.num_batches,
                 epoch=epoch,  # the next batch: the stream's position
                 batch=batch,
+                loss=self._cloning_loss,  # of the last step done
             )
             tree = {"params": state.params, "opt_state": state.opt_state}
             checkpointer.save(state.step, tree, host, force=True)
+        if wait:
             checkpointer.wait()
-        raise self._stopped_at((state.step, job.total))
+        self._cloning_saved_at = time.monotonic()
 
     def _cloning_checkpointer(self) -> Checkpointer:
         if self._cloning is None:
@@ -465,13 +552,17 @@ class Run:
             self._cloning = None
 
     def _remove_cloning_checkpoint(self) -> None:
-        """Once the cloned policy is an RL checkpoint, the cloning checkpoint goes."""
+        """Once the cloned policy is an RL checkpoint, the cloning checkpoint and the kept
+        demonstrations go."""
         self._close_cloning()
         directory = self.run_dir / CLONING_CHECKPOINTS
-        if directory.is_dir() and jax.process_index() == 0:
-            shutil.rmtree(directory)
+        if jax.process_index() == 0:
+            if directory.is_dir():
+                shutil.rmtree(directory)
+            (self.run_dir / DEMONSTRATIONS).unlink(missing_ok=True)
 
     def _log_cloning(self, step: int, metrics: dict[str, float]) -> None:
+        self._cloning_loss = metrics["loss"]
         self.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items()})
         if self.console and (step + 1) % 10 == 0:
             print(
@@ -608,25 +699,64 @@ class Run:
         )
 
     def finish(self) -> Summary:
-        """Wait for checkpoints; at the end of the schedule evaluate and export; the summary."""
+        """Wait for checkpoints; at the end of the schedule evaluate, export and record the run
+        as complete in ``run_dir/final.json`` (``arlarena_jax.train.final``); the summary. A
+        stop during the export stops the run: the next start exports again (the final
+        evaluation it reads from the record)."""
         t = self.config.trainer
         if self.host.step == 0 and 0 not in self.checkpointer.all_steps():
             self.save(force=True)  # cloning only: keep the cloned policy
         self.checkpointer.wait()
-        final_eval: dict[str, float] = {}
-        if self.done and t.total_steps > 0:
+        if not self.done:
+            return self._summary({})
+        record = self._final_record()
+        if t.total_steps > 0 and record["final_eval"] is None:
             self.phase = "the final evaluation"
-            final_eval = self.evaluate(self.host.step)
-        if self.done and t.export_hf:
+            record["final_eval"] = self.evaluate(self.host.step)
+            self._write_final(record)
+        if t.export_hf:
             self.phase = "export"
             self.check_stop()
-            nnx.update(self.model, self.train_state().params)
-            export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
-            if self.state.critic is not None:
-                nnx.update(self._critic_module, self.state.critic_params)
-                critic = exportable_critic(self._critic_module, self.model)
-                export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
-        return self._summary(final_eval)
+            self._export()
+            self.check_stop()  # a stop that arrived during the export
+            record["exported"] = True
+        final_eval = record["final_eval"] or {}
+        summary = self._summary(final_eval)
+        record |= dict(
+            complete=True,
+            stability_events=summary.stability_events,
+            skipped=summary.skipped_updates,
+        )
+        self._write_final(record)
+        return summary
+
+    def _final_record(self) -> dict[str, Any]:
+        """``run_dir/final.json`` when it is of the step this start resumed from and trained no
+        further (a stop during the export left it), else a new record of this step."""
+        record = read_final(self.run_dir)
+        untouched = not self.history and not self._cloned
+        if record is not None and record["step"] == self.host.step and untouched:
+            return record | dict(complete=False)
+        return dict(
+            step=self.host.step,
+            final_eval=None,
+            sft_success=self.host.sft_success,
+            exported=False,
+            complete=False,
+        )
+
+    def _write_final(self, record: dict[str, Any]) -> None:
+        if jax.process_index() == 0:
+            write_final(self.run_dir, record)
+
+    def _export(self) -> None:
+        """The Hugging Face export of the policy (``run_dir/hf``) and of the critic if any."""
+        nnx.update(self.model, self.train_state().params)
+        export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
+        if self.state.critic is not None:
+            nnx.update(self._critic_module, self.state.critic_params)
+            critic = exportable_critic(self._critic_module, self.model)
+            export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
 
     def _summary(self, final_eval: dict[str, float], stopped: str | None = None) -> Summary:
         return Summary(
@@ -688,13 +818,18 @@ class Run:
         (a collective: every process stops at the same safe point)."""
         if self.guard is None:
             return False
-        requested = self.guard.requested
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
+        return self._on_any_process(self.guard.requested)[0]
 
-            gathered = multihost_utils.process_allgather(np.asarray(requested))
-            requested = bool(np.any(gathered))
-        return requested
+    @staticmethod
+    def _on_any_process(*flags: bool) -> tuple[bool, ...]:
+        """Each flag, true where it is true on any process (on several, a collective that
+        every process calls at the same point, so all decide alike)."""
+        if jax.process_count() == 1:
+            return tuple(bool(f) for f in flags)
+        from jax.experimental import multihost_utils
+
+        gathered = multihost_utils.process_allgather(np.asarray(flags, np.bool_))
+        return tuple(bool(f) for f in np.any(gathered.reshape(-1, len(flags)), axis=0))
 
     def _stopped_at(self, at: tuple[int, int] | None) -> Stopped:
         if at is None and self.phase != "demonstrations":

@@ -24,7 +24,7 @@ clipping, optax update, and a non-finite guard that keeps params and optimizer s
 Cloning resumes exactly: :class:`SFTJob` continues from any :class:`CloneState` (parameters,
 optimizer state, steps done; the step count alone fixes the position in the batch stream), so a
 run stopped after step k and continued equals the uninterrupted one (the trainer saves the state
-when it is stopped, ``arlarena_jax.train.run``).
+when it is stopped and every ``sft.save_every_s`` seconds, ``arlarena_jax.train.run``).
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ RL_ONLY = (
     "trainer.keep_checkpoints",
     "trainer.export_hf",
     "sft.init_from",
+    "sft.save_every_s",  # how often cloning saves its state, not what it makes
 )
 START_STEP = 0  # the checkpoint step that holds a start's cloned policy
 
