@@ -105,8 +105,8 @@ def test_bad_checkpoints_fail_with_one_line(tmp_path):
     ):
         load_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": "llama"}))
-    with pytest.raises(ValueError, match="model_type 'llama' is not a dense Qwen2/Qwen3"):
+    (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": "gemma"}))
+    with pytest.raises(ValueError, match=r"model_type 'gemma' is not a supported decoder \(qwen2"):
         load_pretrained(tmp_path)
 
 

@@ -1,6 +1,6 @@
-"""Qwen2 / Qwen2.5 / Qwen3 policies in Flax NNX with Hugging Face checkpoints in and out."""
+"""Qwen2 / Qwen2.5 / Qwen3 / Llama policies in Flax NNX with Hugging Face checkpoints in and out."""
 
-from arlarena_jax.models.config import PRESETS, QwenConfig, preset
+from arlarena_jax.models.config import PRESETS, DecoderConfig, QwenConfig, preset
 from arlarena_jax.models.hf_io import (
     load_pretrained,
     load_state_dict,
@@ -9,11 +9,13 @@ from arlarena_jax.models.hf_io import (
     state_dict,
 )
 from arlarena_jax.models.logprobs import TokenStats, response_log_probs, token_log_probs
-from arlarena_jax.models.qwen import QwenForCausalLM
+from arlarena_jax.models.qwen import DecoderForCausalLM, QwenForCausalLM
 from arlarena_jax.models.sharding import make_mesh, parameter_spec, shard_model
 
 __all__ = [
     "PRESETS",
+    "DecoderConfig",
+    "DecoderForCausalLM",
     "QwenConfig",
     "QwenForCausalLM",
     "TokenStats",

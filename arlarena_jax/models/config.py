@@ -1,8 +1,14 @@
-"""Qwen2 / Qwen2.5 / Qwen3 model configuration, read from a Hugging Face ``config.json``.
+"""Decoder configuration (Qwen2 / Qwen2.5 / Qwen3 / Llama), read from a Hugging Face
+``config.json``.
 
-Qwen2 and Qwen2.5 share ``model_type = "qwen2"``: bias on q/k/v, no q/k norm. Qwen3
-(``model_type = "qwen3"``) has RMSNorm on queries and keys per head, an explicit ``head_dim`` and
-``attention_bias`` (False in every release) on all four projections.
+One decoder; the model types differ only in what this config declares (:attr:`qkv_bias`,
+:attr:`o_bias`, :attr:`qk_norm`, :attr:`mlp_bias`, ``tie_word_embeddings``):
+
+* ``qwen2`` (Qwen2, Qwen2.5): bias on q/k/v, none on o, no q/k norm.
+* ``qwen3``: RMSNorm on queries and keys per head, an explicit ``head_dim`` and
+  ``attention_bias`` (False in every release) on all four projections.
+* ``llama`` (Llama 2, 3, 3.x, SmolLM, SmolLM2, any decoder without q/k norm): ``attention_bias``
+  on all four projections, ``mlp_bias`` on gate/up/down (both False in every release), no q/k norm.
 """
 
 from __future__ import annotations
@@ -14,13 +20,33 @@ from typing import Any
 
 from arlarena_jax.models.rope import ROPE_TYPES, check_rope_scaling, rope_type_of
 
-MODEL_TYPES = ("qwen2", "qwen3")
-__all__ = ["MODEL_TYPES", "PRESETS", "ROPE_TYPES", "QwenConfig", "preset", "rope_type_of"]
+MODEL_TYPES = ("qwen2", "qwen3", "llama")
+# The transformers class name prefix of each model type (``LlamaForCausalLM``, ...).
+ARCHITECTURE_PREFIX = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama"}
+# transformers' defaults for keys a config.json may leave out (old Llama 2 files have no
+# rope_theta); the dataclass defaults are Qwen3's.
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 2048,
+    },
+}
+__all__ = [
+    "MODEL_TYPES",
+    "PRESETS",
+    "ROPE_TYPES",
+    "DecoderConfig",
+    "QwenConfig",
+    "preset",
+    "rope_type_of",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class QwenConfig:
-    """The architecture knobs of a dense Qwen decoder (names as in Hugging Face)."""
+    """The architecture knobs of a dense decoder (names as in Hugging Face; see the module)."""
 
     model_type: str = "qwen3"
     vocab_size: int = 151936
@@ -36,10 +62,13 @@ class QwenConfig:
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40960
     attention_bias: bool = False
+    mlp_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type {self.model_type!r} is not supported; {MODEL_TYPES}")
+        if self.mlp_bias and self.model_type != "llama":
+            raise ValueError(f"mlp_bias is a llama option; {self.model_type} has no MLP bias")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -54,15 +83,17 @@ class QwenConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        """Qwen2 always has q/k/v bias; Qwen3 follows ``attention_bias``."""
+        """Qwen2 always has q/k/v bias; Qwen3 and Llama follow ``attention_bias``."""
         return self.model_type == "qwen2" or self.attention_bias
 
     @property
     def o_bias(self) -> bool:
-        return self.model_type == "qwen3" and self.attention_bias
+        """Qwen3 and Llama follow ``attention_bias``; Qwen2 has none."""
+        return self.model_type != "qwen2" and self.attention_bias
 
     @property
     def qk_norm(self) -> bool:
+        """Per-head RMSNorm on queries and keys: Qwen3 only."""
         return self.model_type == "qwen3"
 
     @classmethod
@@ -71,12 +102,20 @@ class QwenConfig:
         model_type = raw.get("model_type")
         if model_type not in MODEL_TYPES:
             raise ValueError(
-                f"config.json model_type {model_type!r} is not a dense Qwen2/Qwen3 decoder"
+                f"config.json model_type {model_type!r} is not a supported decoder "
+                f"({', '.join(MODEL_TYPES)})"
+            )
+        if raw.get("hidden_act", "silu") != "silu":
+            raise ValueError(
+                f"config.json hidden_act {raw['hidden_act']!r} is not supported (silu only)"
             )
         names = {f.name for f in dataclasses.fields(cls)}
+        raw = HF_DEFAULTS.get(model_type, {}) | {k: v for k, v in raw.items() if v is not None}
         values = {k: v for k, v in raw.items() if k in names}
-        if "head_dim" not in raw or raw["head_dim"] is None:
+        if "head_dim" not in raw:
             values["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
+        if "num_key_value_heads" not in raw:  # transformers: multi-head attention
+            values["num_key_value_heads"] = raw["num_attention_heads"]
         if raw.get("rope_parameters") and not raw.get("rope_scaling"):
             # transformers v5 writes rope settings under rope_parameters.
             params = dict(raw["rope_parameters"])
@@ -107,13 +146,16 @@ class QwenConfig:
     def to_hf_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict that ``transformers`` reads back into the same model."""
         out = dataclasses.asdict(self)
-        out["architectures"] = [
-            "Qwen3ForCausalLM" if self.model_type == "qwen3" else "Qwen2ForCausalLM"
-        ]
+        out["architectures"] = [f"{ARCHITECTURE_PREFIX[self.model_type]}ForCausalLM"]
         out["hidden_act"] = "silu"
         if self.model_type == "qwen2":
             out.pop("attention_bias")
+        if self.model_type != "llama":
+            out.pop("mlp_bias")
         return out
+
+
+DecoderConfig = QwenConfig  # the same class under a name that fits every model type
 
 
 def _frozen(value: Any) -> Any:
@@ -147,6 +189,34 @@ def _qwen25(hidden, inter, layers, heads, kv, tie, max_pos=32768) -> QwenConfig:
     )
 
 
+def _llama(hidden, inter, layers, heads, kv, vocab, theta, max_pos, scaling=None) -> QwenConfig:
+    """A Llama-architecture shape: no biases, tied head, RMSNorm ε 1e-5 (every preset below)."""
+    return QwenConfig(
+        "llama",
+        vocab,
+        hidden,
+        inter,
+        layers,
+        heads,
+        kv,
+        hidden // heads,
+        rms_norm_eps=1e-5,
+        rope_theta=theta,
+        rope_scaling=dict(scaling) if scaling else None,
+        tie_word_embeddings=True,
+        max_position_embeddings=max_pos,
+    )
+
+
+# Llama 3.1/3.2's rope scaling, as in the published config.json files.
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
 PRESETS: dict[str, QwenConfig] = {
     # Tiny Qwen3-architecture models for tests and the CPU main job (vocab set by the tokenizer).
     "tiny": QwenConfig("qwen3", 512, 128, 512, 4, 4, 2, 32, max_position_embeddings=2048),
@@ -159,6 +229,14 @@ PRESETS: dict[str, QwenConfig] = {
     "qwen2.5-1.5b": _qwen25(1536, 8960, 28, 12, 2, tie=True),
     "qwen2.5-3b": _qwen25(2048, 11008, 36, 16, 2, tie=True),
     "qwen2.5-7b": _qwen25(3584, 18944, 28, 28, 4, tie=False),
+    # The config.json of HuggingFaceTB/SmolLM2-{135M,360M,1.7B} and meta-llama/Llama-3.2-{1B,3B}
+    # on the Hugging Face Hub (SmolLM2: vocabulary 49152, 8192 positions; Llama 3.2: 128256,
+    # 131072 positions with llama3 rope scaling).
+    "smollm2-135m": _llama(576, 1536, 30, 9, 3, 49152, 100_000.0, 8192),
+    "smollm2-360m": _llama(960, 2560, 32, 15, 5, 49152, 100_000.0, 8192),
+    "smollm2-1.7b": _llama(2048, 8192, 24, 32, 32, 49152, 130_000.0, 8192),
+    "llama-3.2-1b": _llama(2048, 8192, 16, 32, 8, 128256, 500_000.0, 131072, LLAMA3_ROPE),
+    "llama-3.2-3b": _llama(3072, 8192, 28, 24, 8, 128256, 500_000.0, 131072, LLAMA3_ROPE),
 }
 
 

@@ -52,6 +52,8 @@ def tensor_layout(config: QwenConfig) -> Iterator[tuple[str, tuple[str | int, ..
                 )
         for proj in ("gate_proj", "up_proj", "down_proj"):
             yield f"{prefix}.mlp.{proj}.weight", (*layer, "mlp", proj, "kernel"), True
+            if config.mlp_bias:
+                yield f"{prefix}.mlp.{proj}.bias", (*layer, "mlp", proj, "bias"), False
         for norm in ("input_layernorm", "post_attention_layernorm"):
             yield f"{prefix}.{norm}.weight", (*layer, norm, "weight"), False
     yield "model.norm.weight", ("model", "norm", "weight"), False

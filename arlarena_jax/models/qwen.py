@@ -1,9 +1,11 @@
-"""Dense Qwen2 / Qwen2.5 / Qwen3 decoders in Flax NNX.
+"""Dense Qwen2 / Qwen2.5 / Qwen3 / Llama decoders in Flax NNX: one decoder, the differences
+declared by the config (:mod:`arlarena_jax.models.config`).
 
 Token embedding → N × [RMSNorm → grouped-query attention with RoPE (Qwen3: q/k RMSNorm per head;
-Qwen2: q/k/v bias) → residual → RMSNorm → SwiGLU MLP → residual] → RMSNorm → LM head (tied to
-the embedding or separate). Module and parameter names follow Hugging Face's, so a checkpoint's
-tensor ``model.layers.3.self_attn.q_proj.weight`` is ``model.layers[3].self_attn.q_proj.kernel``
+Qwen2: q/k/v bias; Qwen3 and Llama: ``attention_bias`` on q/k/v/o) → residual → RMSNorm → SwiGLU
+MLP (Llama: ``mlp_bias``) → residual] → RMSNorm → LM head (tied to the embedding or separate).
+Module and parameter names follow Hugging Face's, so a checkpoint's tensor
+``model.layers.3.self_attn.q_proj.weight`` is ``model.layers[3].self_attn.q_proj.kernel``
 (transposed). Logits are returned in float32 whatever the compute dtype.
 
 Padding: ``attention_mask`` ``[B, S]`` marks real tokens (left-padded prompts, right-padded
@@ -232,12 +234,17 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU: down(silu(gate(x)) · up(x))."""
+    """SwiGLU: down(silu(gate(x)) · up(x)) (biases where the config has ``mlp_bias``)."""
 
     def __init__(self, config: QwenConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         def linear(n_in, n_out):
             return nnx.Linear(
-                n_in, n_out, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+                n_in,
+                n_out,
+                use_bias=config.mlp_bias,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
             )
 
         self.gate_proj = linear(config.hidden_size, config.intermediate_size)
@@ -309,7 +316,7 @@ def _remat_layer(policy: Callable) -> Callable:
 
 
 class QwenForCausalLM(nnx.Module):
-    """A dense Qwen2/Qwen3 causal LM: ``model(input_ids, attention_mask) -> logits`` (float32).
+    """A dense decoder causal LM: ``model(input_ids, attention_mask) -> logits`` (float32).
 
     ``remat`` names a ``jax.checkpoint_policies`` policy applied per decoder layer (e.g.
     ``"nothing_saveable"``: keep only layer inputs, recompute the rest in the backward pass).
@@ -410,3 +417,6 @@ class QwenForCausalLM(nnx.Module):
         self, input_ids: Array, attention_mask: Array | None = None, positions: Array | None = None
     ) -> Array:
         return self.logits(self.hidden_states(input_ids, attention_mask, positions))
+
+
+DecoderForCausalLM = QwenForCausalLM  # the same class under a name that fits every model type

@@ -29,6 +29,8 @@ PARAMETER_RULES: tuple[tuple[str, PartitionSpec], ...] = (
     (r"self_attn\.o_proj\.bias$", PartitionSpec()),
     (r"mlp\.(gate|up)_proj\.kernel$", PartitionSpec("fsdp", "tensor")),
     (r"mlp\.down_proj\.kernel$", PartitionSpec("tensor", "fsdp")),
+    (r"mlp\.(gate|up)_proj\.bias$", PartitionSpec("tensor")),
+    (r"mlp\.down_proj\.bias$", PartitionSpec()),
     (r"lm_head\.kernel$", PartitionSpec("fsdp", "tensor")),
     (r"(norm|layernorm)\.weight$", PartitionSpec()),
 )

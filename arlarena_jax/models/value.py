@@ -2,10 +2,11 @@
 policy's trunk.
 
 - :class:`QwenValueModel` is Hugging Face's ``Qwen2ForTokenClassification`` /
-  ``Qwen3ForTokenClassification`` with ``num_labels = 1`` (verl's critic: the decoder ``model.*``
-  without the LM head, then ``score``, a ``Linear(hidden, 1)`` with bias, on every position's
-  final-norm hidden state). :func:`value_model_from_policy` builds one from the policy's weights
-  and a fresh head; :func:`save_value_pretrained` / :func:`load_value_pretrained` write and read the
+  ``Qwen3ForTokenClassification`` / ``LlamaForTokenClassification`` with ``num_labels = 1``
+  (verl's critic: the decoder ``model.*`` without the LM head, then ``score``, a
+  ``Linear(hidden, 1)`` with bias, on every position's final-norm hidden state).
+  :func:`value_model_from_policy` builds one from the policy's weights and a fresh head;
+  :func:`save_value_pretrained` / :func:`load_value_pretrained` write and read the
   ``transformers`` directory.
 - :class:`ValueHead` alone reads the policy's hidden states (held constant): the cheap critic,
   one ``Linear(hidden, 1)`` of parameters, no second trunk in memory.
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arlarena_jax.models.config import QwenConfig
+from arlarena_jax.models.config import ARCHITECTURE_PREFIX, QwenConfig
 from arlarena_jax.models.hf_io import (
     SAFETENSORS_SINGLE,
     load_state_dict,
@@ -112,11 +113,7 @@ def value_model_from_policy(
 
 
 def _architecture(config: QwenConfig) -> str:
-    return (
-        "Qwen3ForTokenClassification"
-        if config.model_type == "qwen3"
-        else ("Qwen2ForTokenClassification")
-    )
+    return f"{ARCHITECTURE_PREFIX[config.model_type]}ForTokenClassification"
 
 
 def value_state_dict(model: QwenValueModel) -> dict[str, np.ndarray]:
