@@ -10,7 +10,8 @@
 #   d. bench/device_rollout.py (on-device Sokoban rollout against the host rollout);
 #   e. a 3-step SAMPO run of the tiny Sokoban job.
 # Every part's output goes to $OUT/device_check.log; $OUT/summary.txt lists each part's exit
-# status (124: stopped by its time cap) and wall seconds. The caps add up to 450 s.
+# status (124: stopped by its time cap with SIGINT, 137: killed 5 s later) and wall seconds.
+# The caps add up to 450 s (at most 480 s with the kills), the setup takes about 15 s.
 #   OUT=/tmp/devout bash launch/device_check.sh                     # on the GPU machine
 #   DEVICE_CHECK_CPU=1 OUT=/tmp/devout bash launch/device_check.sh  # dry run on CPU, tiny sizes
 set -uo pipefail
@@ -39,7 +40,7 @@ part() {
     say "===== part $name (cap ${cap} s, $(date -u +%H:%M:%S) UTC): $*"
     local start end rc
     start=$(date +%s.%N)
-    timeout -k 10 "$cap" "$@" 2>&1 | tee -a "$LOG"
+    timeout -s INT -k 5 "$cap" "$@" 2>&1 | tee -a "$LOG"
     rc=${PIPESTATUS[0]}
     end=$(date +%s.%N)
     local note=""
@@ -95,12 +96,12 @@ else
         tests/test_device_rollout.py tests/test_sampler_engine.py tests/test_rl_update.py
     )
 fi
-PYTEST_ARGS=(-q -p no:cacheprovider --maxfail=10 --durations=15
+PYTEST_ARGS=(-p no:cacheprovider --maxfail=10 --durations=15
     --deselect tests/test_sampler_engine.py::test_sharded_engine_equals_unsharded
     --deselect tests/test_sampler_engine.py::test_unshardable_slots_fail_clearly
     --deselect tests/test_sampler_decode_fast.py::test_sharded_windowed_generate_equals_unsharded)
 if python3 -c 'import pytest_timeout' 2>/dev/null; then
-    PYTEST_ARGS+=(--timeout=90) # one hanging test fails with its stack, the rest still run
+    PYTEST_ARGS+=(--timeout=60) # one hanging test fails with its stack, the rest still run
 fi
 part a_tests 150 env JAX_PLATFORMS="$PLATFORM" JAX_DEFAULT_MATMUL_PRECISION=highest XLA_FLAGS= \
     python3 -m pytest "${PYTEST_ARGS[@]}" "${TESTS[@]}"
