@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 
+import gguf
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as Q
 
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as Q  # noqa: E402
-
-from arlarena_jax.models.gguf_import import import_gguf  # noqa: E402
-from arlarena_jax.models.hf_io import load_pretrained, load_safetensors_file  # noqa: E402
-from arlarena_jax.tokenization import load_tokenizer  # noqa: E402
-from arlarena_jax.tokenization.token_bytes import _byte_decoder  # noqa: E402
+from arlarena_jax.models.gguf_import import import_gguf
+from arlarena_jax.models.hf_io import load_pretrained, load_safetensors_file
+from arlarena_jax.tokenization import load_tokenizer
+from arlarena_jax.tokenization.token_bytes import _byte_decoder
 
 SHAPE = dict(hidden=256, inter=512, heads=4, kv=2, head_dim=64, layers=1)  # K-quant rows: 256
 # Qwen3 with head_dim 128 (every release's): transformers' GGUF loader reads no head_dim for
