@@ -169,3 +169,16 @@ def alfworld_data_root(alfworld_problems, tmp_path_factory):
         shutil.copytree(split, root / "json_2.1.1" / "train")
 
     return built_once(tmp_path_factory, "alfworld_root", build)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The embedded SmolLM2-135M-Instruct, imported by ``arlarena model fetch`` into the model
+    cache ($ARLARENA_MODELS or ~/.cache/arlarena/models); tests that need it skip, with the
+    command to run, where it was never fetched (nothing is downloaded here)."""
+    from arlarena_jax.models.fetch import gguf_path, is_fetched, models_dir
+
+    name = "smollm2-135m-instruct"
+    if not is_fetched(name) or not gguf_path(name).is_file():
+        pytest.skip(f"{name} is not in {models_dir()}: run `arlarena model fetch {name}`")
+    return models_dir() / name

@@ -33,6 +33,8 @@ from arlarena_jax.train.config import (
     check_mesh_devices,
     is_built_tokenizer,
     method_settings,
+    model_dir,
+    tokenizer_dir,
 )
 from arlarena_jax.train.update import TRAINER_INPUTS
 from envs import registry
@@ -112,7 +114,7 @@ def build_tokenizer(config: Config) -> Any:
         seeds = range(TOKENIZER_SEED_BASE, TOKENIZER_SEED_BASE + spec.tokenizer_episodes)
         texts = [d.prompt + d.reply for d in demonstrations(config, seeds)]
         return train_tiny(texts, vocab_size=TINY_VOCAB, isolate=spec.tokenizer_isolate)
-    return load_tokenizer(name if name is not None else config.model.path)
+    return load_tokenizer(tokenizer_dir(config.model))
 
 
 def build_mesh(config: Config) -> Mesh | None:
@@ -129,10 +131,11 @@ def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
     """A local Hugging Face checkpoint, or a random model of a preset's shape whose vocabulary
     fits the tokenizer (rounded up to a multiple of 64)."""
     dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
-    if config.model.path is not None:
+    path = model_dir(config.model)
+    if path is not None:
         try:
             return load_pretrained(
-                config.model.path,
+                path,
                 mesh=mesh,
                 dtype=dtype,
                 param_dtype=param_dtype,
@@ -140,7 +143,7 @@ def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
             )
         except (OSError, ValueError) as error:  # hf_io names the file or the tensor
             raise ConfigError(
-                f"config key 'model.path': cannot load the model in {config.model.path}: {error}"
+                f"config key 'model.path': cannot load the model in {path}: {error}"
             ) from error
     vocab = 64 * math.ceil(len(tokenizer) / 64)
     shape = preset(config.model.name)
@@ -200,7 +203,7 @@ def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: M
     calls."""
     s = config.sampler
     engine_settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(EngineConfig)}
-    stops = (*stop_token_ids(tokenizer, config.model.path), *s.stop_token_ids)
+    stops = (*stop_token_ids(tokenizer, model_dir(config.model)), *s.stop_token_ids)
     engine_settings["stop_token_ids"] = tuple(dict.fromkeys(stops))
     engine = Engine(model, EngineConfig(**engine_settings), sampling=s.train, mesh=mesh)
     policy = SamplerPolicy(

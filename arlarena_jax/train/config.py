@@ -46,7 +46,9 @@ DTypeName = Literal["float32", "bfloat16"]
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     name: str = "tiny"  # a preset of arlarena_jax.models.PRESETS, used when path is null
-    path: str | None = None  # a local Hugging Face directory (config.json + safetensors)
+    # A local Hugging Face directory (config.json + safetensors) or an embedded model's name
+    # (smollm2-135m-instruct: `arlarena model fetch` puts it in the model cache).
+    path: str | None = None
     tokenizer: str | None = "tiny-sokoban"  # "tiny-<env.name>" (built), a directory, null = path
     dtype: DTypeName = "float32"  # compute dtype
     param_dtype: DTypeName = "float32"
@@ -437,6 +439,24 @@ def default_run_dir(config: Config) -> str:
     """``runs/<env>/<method>_seed<seed>``."""
     method = preset_key(config.algorithm.method)
     return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
+
+
+def model_dir(model: ModelConfig) -> str | None:
+    """``model.path`` as a directory (an embedded model's name resolved to its cache directory by
+    :func:`arlarena_jax.models.fetch.model_directory`); None without a path."""
+    from arlarena_jax.models.fetch import model_directory
+
+    return None if model.path is None else model_directory(model.path)
+
+
+def tokenizer_dir(model: ModelConfig) -> str | None:
+    """The directory the tokenizer is read from (``model.tokenizer``, else ``model.path``),
+    names of embedded models resolved; None for a built ``tiny-<env>`` tokenizer."""
+    from arlarena_jax.models.fetch import model_directory
+
+    if is_built_tokenizer(model.tokenizer):
+        return None
+    return model_dir(model) if model.tokenizer is None else model_directory(model.tokenizer)
 
 
 def is_built_tokenizer(name: str | None) -> bool:

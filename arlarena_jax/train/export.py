@@ -26,7 +26,7 @@ from typing import Any
 from arlarena_jax.models import QwenForCausalLM, save_generation_config, save_pretrained
 from arlarena_jax.models.value import QwenValueModel, save_value_pretrained
 from arlarena_jax.tokenization import stop_token_ids
-from arlarena_jax.train.config import Config
+from arlarena_jax.train.config import Config, model_dir
 
 
 def export_hf(
@@ -69,7 +69,7 @@ def _write_export(directory: Path, model: QwenForCausalLM, tokenizer: Any, confi
     sampling = config.sampler.eval
     save_generation_config(
         directory,
-        eos_token_ids=stop_token_ids(tokenizer, config.model.path),
+        eos_token_ids=stop_token_ids(tokenizer, model_dir(config.model)),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         temperature=sampling.temperature,

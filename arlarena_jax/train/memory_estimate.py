@@ -331,11 +331,12 @@ def run_model(config) -> QwenConfig | None:
     """The model's architecture: ``model.path``'s config.json or the preset (None when the
     config.json cannot be read: the build reports that)."""
     from arlarena_jax.models.config import PRESETS
+    from arlarena_jax.train.config import model_dir
 
     if config.model.path is None:
         return PRESETS.get(config.model.name)
     try:
-        return QwenConfig.from_json(config.model.path)
+        return QwenConfig.from_json(model_dir(config.model))
     except (OSError, ValueError):
         return None
 

@@ -2,8 +2,9 @@
 one :class:`ConfigError` line that names the key and the path:
 
 - :func:`check_paths`: ``model.path`` is a Hugging Face directory (``config.json`` and
-  safetensors), a tokenizer directory holds tokenizer files, ``trainer.run_dir`` can be created
-  or written;
+  safetensors; an embedded model's name resolves to its fetched directory, or fails with the
+  ``arlarena model fetch`` hint), a tokenizer directory holds tokenizer files,
+  ``trainer.run_dir`` can be created or written;
 - :func:`check_checkpoints`: the checkpoints already in the run directory were written by the same
   model and the same objective state as this config's (compared with the run's ``config.yaml``),
   so a mismatch names the config key rather than a leaf of the optimizer state.
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.models.fetch import missing_hint, model_directory
 from arlarena_jax.models.hf_io import SAFETENSORS_INDEX, SAFETENSORS_SINGLE
 from arlarena_jax.tokenization.load import TOKENIZER_FILES
 from arlarena_jax.train.config import (
@@ -23,7 +25,9 @@ from arlarena_jax.train.config import (
     ConfigError,
     ModelConfig,
     is_built_tokenizer,
+    model_dir,
     resolve,
+    tokenizer_dir,
 )
 
 ADVICE = "use another trainer.run_dir or the same"
@@ -34,10 +38,14 @@ def _fail(key: str, message: str) -> None:
 
 
 def check_model_path(model: ModelConfig) -> None:
-    """``model.path`` (when set) is a directory with ``config.json`` and safetensors weights."""
+    """``model.path`` (when set) is a directory with ``config.json`` and safetensors weights; an
+    embedded model's name not fetched yet says how to fetch it."""
     if model.path is None:
         return
-    path = Path(model.path)
+    hint = missing_hint(model.path)
+    if hint is not None:
+        _fail("model.path", hint)
+    path = Path(model_dir(model))
     if not path.is_dir():
         _fail("model.path", f"{path} is {'not a directory' if path.exists() else 'missing'}")
     if not (path / "config.json").is_file():
@@ -52,8 +60,11 @@ def check_tokenizer_path(model: ModelConfig) -> None:
     name = model.tokenizer
     if is_built_tokenizer(name):
         return
-    key, path = ("model.tokenizer", Path(name)) if name is not None else ("model.path", None)
-    path = path if path is not None else Path(model.path or "")
+    key = "model.tokenizer" if name is not None else "model.path"
+    hint = missing_hint(name if name is not None else model.path or "")
+    if hint is not None:
+        _fail(key, hint)
+    path = Path(tokenizer_dir(model) or "")
     if not path.is_dir() or not any((path / f).is_file() for f in TOKENIZER_FILES):
         _fail(key, f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {path}")
 
@@ -80,6 +91,7 @@ def check_paths(config: Config) -> None:
 
 def _same_model_directory(a: str, b: str) -> bool:
     """Two ``model.path`` values name the same model: the same directory, or equal configs."""
+    a, b = model_directory(a), model_directory(b)
     if os.path.abspath(a) == os.path.abspath(b):
         return True
     from arlarena_jax.models.config import QwenConfig
