@@ -267,3 +267,19 @@ def test_lora_defaults_and_full_fine_tuning_by_default():
     config = config_from_dict({"model": {"lora": {"rank": 16}}})
     assert config.model.lora == LoRAConfig(16, 16.0, ("q", "k", "v", "o", "gate", "up", "down"))
     assert config.model.lora.scale == 1.0
+
+
+def test_the_memory_estimate_counts_the_adapters_moments_only():
+    from arlarena_jax.train import memory_estimate as me
+
+    _, params = nnx.split(lora_model())
+    counted = sum(x.size for x in jax.tree.leaves(trainable_part(params)))
+    assert me.lora_parameter_count(LORA, CONFIG) == counted
+    full = config_from_dict({})
+    lora = config_from_dict({"model": {"lora": {"rank": 4, "alpha": 8.0}}})
+    kinds = dict(training=True, reference=True, critic=True)
+    full_bytes = sum(t.bytes for t in me.state_terms(full, CONFIG, **kinds))
+    lora_bytes = sum(t.bytes for t in me.state_terms(lora, CONFIG, **kinds))
+    weights = me.parameter_count(CONFIG) * 4  # float32
+    assert full_bytes == 13 * weights  # (5 + 1) × 2 + the sampler's copy
+    assert lora_bytes == 5 * weights + 5 * 2 * counted * 4  # 4 trunks + sampler; adapters × 2
