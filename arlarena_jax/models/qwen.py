@@ -30,6 +30,7 @@ from flax import nnx
 
 from arlarena_jax.models.causal_attention import causal_attention
 from arlarena_jax.models.config import QwenConfig
+from arlarena_jax.models.lora import lora_delta
 from arlarena_jax.models.rope import rotary_embedding
 
 Array = jax.Array
@@ -61,9 +62,15 @@ def dense(layer: nnx.Linear, x: Array) -> Array:
 
     XLA:CPU sends a 2-D matmul to its GEMM library; the 3-D form's kernel gradient (two
     contracting dimensions) takes a generic path, measured 3× slower on the MLP backward. On GPU
-    and TPU the reshape is free.
+    and TPU the reshape is free. A linear with LoRA adapters adds its low-rank update
+    (:func:`arlarena_jax.models.lora.lora_delta`).
     """
-    return layer(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+    flat = x.reshape(-1, x.shape[-1])
+    out = layer(flat)
+    delta = lora_delta(layer, flat)  # LoRA adapters, when the linear has them
+    if delta is not None:
+        out = out + delta
+    return out.reshape(*x.shape[:-1], -1)
 
 
 def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:

@@ -32,6 +32,15 @@ PARAMETER_RULES: tuple[tuple[str, PartitionSpec], ...] = (
     (r"mlp\.(gate|up)_proj\.bias$", PartitionSpec("tensor")),
     (r"mlp\.down_proj\.bias$", PartitionSpec()),
     (r"lm_head\.kernel$", PartitionSpec("fsdp", "tensor")),
+    # LoRA adapters A [in, r], B [r, out]: in and out split as their kernel's, never the rank.
+    (r"self_attn\.(q|k|v)_proj\.lora_a$", PartitionSpec("fsdp", None)),
+    (r"self_attn\.(q|k|v)_proj\.lora_b$", PartitionSpec(None, "tensor")),
+    (r"self_attn\.o_proj\.lora_a$", PartitionSpec("tensor", None)),
+    (r"self_attn\.o_proj\.lora_b$", PartitionSpec(None, "fsdp")),
+    (r"mlp\.(gate|up)_proj\.lora_a$", PartitionSpec("fsdp", None)),
+    (r"mlp\.(gate|up)_proj\.lora_b$", PartitionSpec(None, "tensor")),
+    (r"mlp\.down_proj\.lora_a$", PartitionSpec("tensor", None)),
+    (r"mlp\.down_proj\.lora_b$", PartitionSpec(None, "fsdp")),
     (r"(norm|layernorm)\.weight$", PartitionSpec()),
 )
 

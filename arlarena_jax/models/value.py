@@ -34,6 +34,7 @@ from arlarena_jax.models.hf_io import (
     read_safetensors,
     state_dict,
 )
+from arlarena_jax.models.lora import LoRAParam
 from arlarena_jax.models.qwen import QwenForCausalLM
 
 Array = jax.Array
@@ -96,8 +97,9 @@ def response_values(values: Array, prompt_length: int, response_length: int) -> 
 def value_model_from_policy(
     policy: QwenForCausalLM, *, seed: int, param_dtype=None, remat: str | None = None
 ) -> QwenValueModel:
-    """A :class:`QwenValueModel` whose decoder is a copy of ``policy``'s and whose head is fresh
-    (N(0, 0.02²) weights, zero bias), in the policy's dtypes."""
+    """A :class:`QwenValueModel` whose decoder is a copy of ``policy``'s (its base weights:
+    LoRA adapters are not copied) and whose head is fresh (N(0, 0.02²) weights, zero bias), in
+    the policy's dtypes."""
     layer = policy.model.embed_tokens
     param_dtype = param_dtype or layer.embedding.get_value().dtype
     critic = QwenValueModel(
@@ -107,7 +109,7 @@ def value_model_from_policy(
         param_dtype=param_dtype,
         remat=remat,
     )
-    trunk = nnx.state(policy.model, nnx.Param)
+    trunk = nnx.state(policy.model, nnx.All(nnx.Param, nnx.Not(LoRAParam)))  # no adapters
     nnx.update(critic.backbone.model, jax.tree.map(jnp.copy, trunk))
     return critic
 

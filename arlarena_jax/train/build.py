@@ -21,6 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from arlarena_jax.models import QwenForCausalLM, load_pretrained, make_mesh, preset, shard_model
+from arlarena_jax.models.lora import add_lora, merged_model
 from arlarena_jax.objectives import presets
 from arlarena_jax.objectives.compose import Objective, check_requirements
 from arlarena_jax.rollout.policy import SamplerPolicy
@@ -129,7 +130,17 @@ def build_mesh(config: Config) -> Mesh | None:
 
 def build_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) -> QwenForCausalLM:
     """A local Hugging Face checkpoint, or a random model of a preset's shape whose vocabulary
-    fits the tokenizer (rounded up to a multiple of 64)."""
+    fits the tokenizer (rounded up to a multiple of 64); with ``model.lora``, fresh adapters
+    (B = 0: the base model's function) on its targeted linears."""
+    model = _base_model(config, tokenizer, mesh, seed)
+    if config.model.lora is None:
+        return model
+    add_lora(model, config.model.lora, seed=seed)
+    return shard_model(model, mesh) if mesh is not None else model
+
+
+def _base_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) -> QwenForCausalLM:
+    """:func:`build_model` before any LoRA adapters."""
     dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
     path = model_dir(config.model)
     if path is not None:
@@ -205,7 +216,8 @@ def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: M
     engine_settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(EngineConfig)}
     stops = (*stop_token_ids(tokenizer, model_dir(config.model)), *s.stop_token_ids)
     engine_settings["stop_token_ids"] = tuple(dict.fromkeys(stops))
-    engine = Engine(model, EngineConfig(**engine_settings), sampling=s.train, mesh=mesh)
+    sampled = merged_model(model)  # LoRA: the sampler runs merged weights (docs/models.md)
+    engine = Engine(sampled, EngineConfig(**engine_settings), sampling=s.train, mesh=mesh)
     policy = SamplerPolicy(
         engine,
         tokenizer,

@@ -156,10 +156,12 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """Export a run's newest checkpoint as a Hugging Face directory (default ``RUN_DIR/hf``), from
-    the run's own ``config.yaml``: any run, a sweep's included, exports on its own."""
+    the run's own ``config.yaml``: any run, a sweep's included, exports on its own. LoRA
+    adapters are merged into the weights; ``--peft DIR`` also writes them as a PEFT adapter."""
     from flax import nnx
 
     from arlarena_jax.errors import ConfigError
+    from arlarena_jax.models.lora import merged_model
     from arlarena_jax.train.config_io import load_config
     from arlarena_jax.train.export import export_hf
     from arlarena_jax.train.run import Run
@@ -174,9 +176,29 @@ def export_command(args: argparse.Namespace) -> int:
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to export")
         nnx.update(run.model, run.train_state().params)
-        out = export_hf(args.out or run_dir / "hf", run.model, run.tokenizer, run.config)
+        merged = merged_model(run.model)  # LoRA: adapters merged into plain weights
+        out = export_hf(args.out or run_dir / "hf", merged, run.tokenizer, run.config)
+        if args.peft:
+            peft = _export_peft(run, args.peft)
     print(f"exported checkpoint step {step} of {run_dir} to {out}")
+    if args.peft:
+        print(f"exported its LoRA adapter (PEFT format) to {peft}")
     return 0
+
+
+def _export_peft(run, directory: str) -> Path:
+    """The run's LoRA adapters as a PEFT adapter directory (refused without ``model.lora``)."""
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.models.lora import save_peft_adapter
+    from arlarena_jax.train.export import write_atomically
+
+    lora = run.config.model.lora
+    if lora is None:
+        raise ConfigError("--peft needs a run with config key 'model.lora' (it has no adapters)")
+    base = run.config.model.path
+    return write_atomically(
+        Path(directory), lambda staging: save_peft_adapter(run.model, lora, staging, base)
+    )
 
 
 def gen_data_command(args: argparse.Namespace) -> int:
@@ -202,6 +224,12 @@ def add_commands(commands) -> None:
     )
     export.add_argument("run_dir", help="a run directory (holds config.yaml and checkpoints/)")
     export.add_argument("--out", default=None, help="output directory (default: RUN_DIR/hf)")
+    export.add_argument(
+        "--peft",
+        default=None,
+        metavar="DIR",
+        help="also write the LoRA adapters (model.lora) as a PEFT adapter directory",
+    )
     export.set_defaults(handler=export_command)
     for name, handler, text in (
         ("train", train_command, "behaviour cloning (if enabled) then RL, resumable"),

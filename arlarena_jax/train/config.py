@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.models.lora import LoRAConfig, invalid_lora
 from arlarena_jax.objectives.presets import (
     PRESETS,
     MethodSettings,
@@ -53,6 +54,8 @@ class ModelConfig:
     dtype: DTypeName = "float32"  # compute dtype
     param_dtype: DTypeName = "float32"
     remat: str | None = None  # a jax.checkpoint_policies name, e.g. "nothing_saveable"
+    # LoRA: train low-rank adapters only ({rank, alpha, targets}); null: full fine-tuning
+    lora: LoRAConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +310,8 @@ def _check_model(model: ModelConfig) -> None:
         _fail("model.tokenizer", "null needs model.path (the tokenizer is read from it)")
     if model.remat is not None and not hasattr(jax.checkpoint_policies, model.remat):
         _fail("model.remat", f"unknown jax.checkpoint_policies name {model.remat!r}")
+    if model.lora is not None:
+        _check(invalid_lora(model.lora), "model.lora")
 
 
 def explicit_knobs(algorithm: Any) -> dict[str, Any]:

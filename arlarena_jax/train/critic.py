@@ -30,6 +30,15 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.models.lora import (
+    LoRAConfig,
+    LoRAParam,
+    add_lora,
+    has_lora,
+    join_trainable,
+    merged_model,
+    split_trainable,
+)
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.sharding import shard_model
 from arlarena_jax.models.value import (
@@ -126,7 +135,9 @@ def make_critic_step(
 ) -> Callable:
     """``step(critic_params, opt_state, policy_params, sequences, batch) -> (critic_params,
     opt_state, metrics)`` on one mini-batch: Σ over micro-batches of ∇ clipped value loss /
-    grad_accum (``batch.values`` = V_old, ``batch.returns`` = R), one guarded optimizer step."""
+    grad_accum (``batch.values`` = V_old, ``batch.returns`` = R), one guarded optimizer step.
+    Under LoRA (a ``separate`` critic with adapters) only the adapters and the value head
+    train; ``opt_state`` is of their part."""
     if mini_batch_size % micro_batch_size:
         raise ValueError(
             f"mini_batch_size {mini_batch_size} is not a multiple of micro_batch_size "
@@ -135,7 +146,8 @@ def make_critic_step(
     grad_accum = mini_batch_size // micro_batch_size
     values = _response_values(forward, prompt_length)
 
-    def micro_loss(critic_params, policy_params, ids, mask, batch: TurnBatch):
+    def micro_loss(trainable, frozen, policy_params, ids, mask, batch: TurnBatch):
+        critic_params = join_trainable(trainable, frozen)
         predicted = values(critic_params, policy_params, ids, mask)
         valid = batch.response_mask * batch.row_mask[:, None]
         out = clipped_value_loss(
@@ -150,12 +162,16 @@ def make_critic_step(
             return x.reshape(grad_accum, micro_batch_size, *x.shape[1:])
 
         micro = jax.tree.map(split, (sequences.input_ids, sequences.attention_mask, batch))
-        bound = lambda cp, *data: grad_fn(cp, policy_params, *data)  # noqa: E731
-        grads, metrics = accumulate_gradients(bound, critic_params, micro, CRITIC_STEP_METRICS)
-        guarded = guarded_update(optimizer, grads, opt_state, critic_params)
+        trainable, frozen = split_trainable(critic_params)
+
+        def bound(t, *data):
+            return grad_fn(t, frozen, policy_params, *data)
+
+        grads, metrics = accumulate_gradients(bound, trainable, micro, CRITIC_STEP_METRICS)
+        guarded = guarded_update(optimizer, grads, opt_state, trainable)
         metrics["grad_norm"] = guarded.grad_norm
         metrics["skipped"] = (~guarded.finite).astype(jnp.float32)
-        return guarded.params, guarded.opt_state, metrics
+        return join_trainable(guarded.params, frozen), guarded.opt_state, metrics
 
     return mesh_jit(step, mesh, state_args=3, state_outputs=2, row_outputs=False, donate=True)
 
@@ -236,7 +252,19 @@ def build_value_module(config: Any, policy: QwenForCausalLM, mesh: Mesh | None) 
         module = ValueHead(policy.config.hidden_size, param_dtype=dtype, rngs=nnx.Rngs(c.seed))
     else:
         module = value_model_from_policy(policy, seed=c.seed, remat=config.model.remat)
+    if isinstance(module, QwenValueModel) and config.model.lora is not None:
+        add_critic_lora(module, config.model.lora, seed=c.seed)
     return shard_model(module, mesh) if mesh is not None else module
+
+
+def add_critic_lora(module: QwenValueModel, lora: LoRAConfig, *, seed: int) -> QwenValueModel:
+    """The ``separate`` critic under LoRA: fresh adapters of its own on the trunk (the trunk
+    frozen) and a trainable value head (PEFT's ``modules_to_save``), in place."""
+    add_lora(module.backbone, lora, seed=seed)
+    score = module.head.score
+    score.kernel = LoRAParam(score.kernel.get_value())
+    score.bias = LoRAParam(score.bias.get_value())
+    return module
 
 
 def _load(path: str, policy: QwenForCausalLM, remat: str | None) -> QwenValueModel:
@@ -274,7 +302,11 @@ def exportable_critic(module: nnx.Module, policy: QwenForCausalLM) -> QwenValueM
     """The critic as a whole value model: itself, or for a head the current policy's decoder
     with the head (the function the head computes)."""
     if isinstance(module, QwenValueModel):
-        return module
-    whole = value_model_from_policy(policy, seed=0)
+        if not has_lora(nnx.state(module)):
+            return module
+        whole = nnx.clone(module)  # LoRA: the trunk's adapters merged
+        whole.backbone = merged_model(module.backbone)
+        return whole
+    whole = value_model_from_policy(merged_model(policy), seed=0)
     nnx.update(whole.head, nnx.state(module, nnx.Param))
     return whole

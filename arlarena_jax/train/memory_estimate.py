@@ -16,7 +16,8 @@ Notation: ``P`` parameters (:func:`parameter_count`), ``b_p``/``b_c``/``b_kv`` b
   copy and, while training, ``c = (5 + r) × (2 with a separate critic)``: weights, 2 AdamW
   moments, 2 gradients (the accumulator and a micro-batch's), ``r = 1`` frozen reference weights
   when the objective reads ``lp_ref``; evaluation alone ``c = 0``; split over ``mesh.fsdp ×
-  mesh.tensor``;
+  mesh.tensor``; under ``model.lora`` the moments and gradients are the adapters' only
+  (:func:`lora_parameter_count`);
 - the sampler's KV cache: ``slots × L × 2 × k × d × (Pp + max_new_tokens) × b_kv``,
   ``slots = sampler.max_concurrent_decodes``; split over the whole mesh;
 - one prefill: ``tokens × (h·Pp·4 + (4H + 2I)·b_c)`` with ``tokens =
@@ -122,14 +123,51 @@ def _model_key(config) -> str:
     return "model.path" if config.model.path is not None else "model.name"
 
 
+def lora_parameter_count(lora, m: QwenConfig) -> int:
+    """The adapters' parameters: r × (in + out) per targeted linear of every layer."""
+    q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
+    h, i = m.hidden_size, m.intermediate_size
+    sizes = {"q": h + q, "k": h + kv, "v": h + kv, "o": q + h, "gate": h + i, "up": h + i}
+    sizes["down"] = i + h
+    return m.num_hidden_layers * lora.rank * sum(sizes[t] for t in lora.targets)
+
+
 def state_terms(config, model: QwenConfig, *, training: bool, reference: bool, critic: bool):
-    """Weights, optimizer moments and gradients (see module doc)."""
+    """Weights, optimizer moments and gradients (see module doc); under ``model.lora`` the
+    moments and gradients are the adapters' only."""
+    lora = config.model.lora
+    if training and lora is not None:
+        return _lora_state_terms(config, model, reference=reference, critic=critic)
     copies = (5 + (1 if reference else 0)) * (2 if critic else 1) if training else 0
     copies += 1  # the sampler's copy
     size = parameter_count(model) * DTYPE_BYTES[config.model.param_dtype]
     what = f"{copies} copies of {parameter_count(model):.3g} parameters (weights, AdamW, grads)"
     shards = config.mesh.fsdp * config.mesh.tensor
     return [Term(what, copies * size, (_model_key(config),), shards)]
+
+
+def _lora_state_terms(config, model: QwenConfig, *, reference: bool, critic: bool):
+    """LoRA: the base's weights (policy, reference, critic) and the sampler's merged copy, and
+    the adapters' weights, 2 AdamW moments and 2 gradients."""
+    trunks = (1 + (1 if reference else 0)) * (2 if critic else 1)
+    size = parameter_count(model) * DTYPE_BYTES[config.model.param_dtype]
+    adapters = lora_parameter_count(config.model.lora, model) * (2 if critic else 1)
+    adapter_bytes = 5 * adapters * DTYPE_BYTES[config.model.param_dtype]
+    shards, key = config.mesh.fsdp * config.mesh.tensor, _model_key(config)
+    return [
+        Term(
+            f"{trunks + 1} copies of {parameter_count(model):.3g} parameters",
+            trunks * size + size,
+            (key,),
+            shards,
+        ),
+        Term(
+            f"LoRA adapters of {adapters:.3g} parameters (weights, AdamW, grads)",
+            adapter_bytes,
+            ("model.lora.rank",),
+            shards,
+        ),
+    ]
 
 
 def sampler_terms(config, model: QwenConfig) -> list[Term]:

@@ -52,6 +52,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from arlarena_jax.models.lora import (
+    frozen_part,
+    join_trainable,
+    merged_model,
+    sampler_params,
+    split_trainable,
+    trainable_part,
+)
 from arlarena_jax.objectives.compose import Input
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.metrics import rollout_metrics
@@ -117,13 +125,26 @@ class TrainState:
         self.critic_params, self.critic_opt_state = (None, None) if value is None else value
 
     def as_tree(self) -> dict[str, Any]:
-        """The checkpoint's tree: a dict of the fields that are set."""
+        """The checkpoint's tree: a dict of the fields that are set; under LoRA the parameters'
+        trainable part only (the adapters; the frozen base is rebuilt from ``model``)."""
         fields = (f.name for f in dataclasses.fields(self))
-        return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
+        tree = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
+        for name in PARAMETER_FIELDS:
+            if name in tree:
+                tree[name] = trainable_part(tree[name])
+        return tree
 
-    @classmethod
-    def from_tree(cls, tree: dict[str, Any]) -> TrainState:
-        return cls(**tree)
+    def restored(self, tree: dict[str, Any]) -> TrainState:
+        """The state of a checkpoint's ``tree`` (:meth:`as_tree`), its parameters joined with
+        this state's frozen parts (under LoRA, the base model)."""
+        tree = {f.name: None for f in dataclasses.fields(self)} | dict(tree)  # unset: None
+        for name in PARAMETER_FIELDS:
+            if tree[name] is not None:
+                tree[name] = join_trainable(tree[name], frozen_part(getattr(self, name)))
+        return TrainState(**tree)
+
+
+PARAMETER_FIELDS = ("params", "ref_params", "critic_params")
 
 
 @dataclasses.dataclass
@@ -228,17 +249,20 @@ def critic_optimizer(config: Config):
     return make_optimizer(config.critic.optim, optimizer_steps(config))
 
 
-def roll_back(checkpointer, monitor, state: TrainState, engine, step: int) -> dict[str, float]:
+def roll_back(
+    checkpointer, monitor, state: TrainState, engine, step: int, lora=None
+) -> dict[str, float]:
     """Restore ``state``'s parameters, optimizer and objective state from the newest good
     checkpoint (the step counter and the task RNG go on, so the run sees new tasks) and tell the
     monitor which step was restored, so it forgets what came after it."""
     good = checkpointer.last_good_step()
     if good is None:
         return {}
-    restored, _ = checkpointer.restore(abstract_like(state.as_tree()), good)
-    for name, value in restored.items():
-        setattr(state, name, value)
-    engine.update_params(state.params)
+    tree, _ = checkpointer.restore(abstract_like(state.as_tree()), good)
+    restored = state.restored(tree)
+    for name in tree:
+        setattr(state, name, getattr(restored, name))
+    engine.update_params(sampler_params(state.params, lora))
     monitor.rolled_back(good)
     print(f"step {step}: unstable, rolled back to the state of step {good}", flush=True)
     return {"stability/rolled_back_to": float(good)}
@@ -377,14 +401,14 @@ class Run:
             reference = Input.REF_LOG_PROBS in self.objective.requirements
             self.state = TrainState(
                 params,
-                self.optimizer.init(params),
+                self.optimizer.init(trainable_part(params)),  # LoRA: the adapters' only
                 self.objective.init_state(),
                 jax.tree.map(jnp.copy, params) if reference else None,
             )
             if self.needs_critic:
                 self._critic_module = build_value_module(self.config, self.model, self.mesh)
                 _, critic_params = nnx.split(self._critic_module)
-                opt_state = self.critic_optimizer.init(critic_params)
+                opt_state = self.critic_optimizer.init(trainable_part(critic_params))
                 self.state.critic = CriticState(critic_params, opt_state)
         return self.state
 
@@ -399,13 +423,13 @@ class Run:
         if restored is None:
             return None
         step, tree, host, _ = restored  # a skipped step: reported by the checkpointer
-        self.state = TrainState.from_tree(tree)
+        self.state = self.train_state().restored(tree)
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
         nnx.update(self.model, self.state.params)
         if self._sampler is not None:
             self.policy.calls = self.host.policy_calls
-            self.engine.update_params(self.state.params)
+            self.engine.update_params(sampler_params(self.state.params, self.config.model.lora))
         return step
 
     def clone(self) -> dict[str, float]:
@@ -478,8 +502,9 @@ class Run:
         parameters only) instead of cloning, and its held-out evaluation, when it saved one."""
         directory = Path(self.config.sft.init_from)
         _, params = nnx.split(self.model)
-        params, host = read_params(directory / "checkpoints", START_STEP, abstract_like(params))
-        nnx.update(self.model, params)
+        target = abstract_like(trainable_part(params))  # LoRA: the start's adapters
+        adopted, host = read_params(directory / "checkpoints", START_STEP, target)
+        nnx.update(self.model, adopted)
         self.state, self._cloned = None, True  # rebuilt from the start's parameters
         if host.get("start_eval") is not None:
             self.host.sft_success, self.host.start_eval = host["sft_success"], host["start_eval"]
@@ -495,7 +520,8 @@ class Run:
         step = self._cloning_checkpointer().latest_step() if directory.is_dir() else None
         if step is None:
             return fresh
-        target = abstract_like({"params": fresh.params, "opt_state": fresh.opt_state})
+        trainable, frozen = split_trainable(fresh.params)  # LoRA: saved are the adapters
+        target = abstract_like({"params": trainable, "opt_state": fresh.opt_state})
         tree, host = self._cloning_checkpointer().restore(target, step)
         made, wants = (host["total"], host["batches_per_epoch"]), (job.total, job.num_batches)
         if made != wants:
@@ -505,7 +531,7 @@ class Run:
                 f"over {wants[1]}; remove {directory} to clone from the start"
             )
         self._cloning_loss = float(host.get("loss", math.nan))
-        return CloneState(tree["params"], tree["opt_state"], step)
+        return CloneState(join_trainable(tree["params"], frozen), tree["opt_state"], step)
 
     def _cloning_step(self, job: SFTJob, state: CloneState) -> None:
         """After a cloning step: save the cloning state once ``sft.save_every_s`` seconds of
@@ -535,7 +561,7 @@ class Run:
                 batch=batch,
                 loss=self._cloning_loss,  # of the last step done
             )
-            tree = {"params": state.params, "opt_state": state.opt_state}
+            tree = {"params": trainable_part(state.params), "opt_state": state.opt_state}
             checkpointer.save(state.step, tree, host, force=True)
         if wait:
             checkpointer.wait()
@@ -574,7 +600,7 @@ class Run:
     def evaluate(self, step: int | None = None) -> dict[str, float]:
         """Held-out success of the current parameters (``val/…``); written at ``step`` if given."""
         c = self.config
-        self.engine.update_params(self.train_state().params)
+        self.engine.update_params(sampler_params(self.train_state().params, self.config.model.lora))
         metrics, _ = evaluate(
             self.envs("eval"),
             self.task_format,
@@ -604,7 +630,9 @@ class Run:
         self.events += len(new_events)
         self.skipped += int(metrics.get("actor/skipped_steps", 0))
         if self.monitor.should_rollback:
-            metrics |= roll_back(self.checkpointer, self.monitor, state, self.engine, step)
+            metrics |= roll_back(
+                self.checkpointer, self.monitor, state, self.engine, step, self.config.model.lora
+            )
         metrics |= self.monitor.metrics()
         self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, self.policy.calls
         try:  # the step is complete: a stop during its evaluation saves it
@@ -659,7 +687,7 @@ class Run:
             state.critic = critic
             metrics["actor/lr"] = float(current_learning_rate(state.opt_state))
         with timer("sync"):
-            self.engine.update_params(state.params)
+            self.engine.update_params(sampler_params(state.params, self.config.model.lora))
         seconds = timer.seconds  # the rollout's non-environment part: prompts, sampling
         seconds["rollout/policy"] = seconds["rollout"] - seconds["rollout/env"]
         episode_metrics = self.task_format.episode_metrics
@@ -752,7 +780,7 @@ class Run:
     def _export(self) -> None:
         """The Hugging Face export of the policy (``run_dir/hf``) and of the critic if any."""
         nnx.update(self.model, self.train_state().params)
-        export_hf(self.run_dir / "hf", self.model, self.tokenizer, self.config)
+        export_hf(self.run_dir / "hf", merged_model(self.model), self.tokenizer, self.config)
         if self.state.critic is not None:
             nnx.update(self._critic_module, self.state.critic_params)
             critic = exportable_critic(self._critic_module, self.model)

@@ -44,6 +44,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from arlarena_jax.models.logprobs import token_log_probs
+from arlarena_jax.models.lora import join_trainable, split_trainable, trainable_part
 from arlarena_jax.rollout.policy import chat_prompt_ids
 from arlarena_jax.train.optim import SFT_OPTIM, OptimConfig, current_learning_rate, make_optimizer
 from arlarena_jax.train.update import guarded_update, mesh_jit
@@ -181,20 +182,24 @@ def make_sft_step(
 ) -> Callable[[Any, Any, SFTBatch], tuple[Any, Any, dict[str, jax.Array]]]:
     """The jitted ``step(params, opt_state, batch) -> (params, opt_state, metrics)``.
 
-    ``params`` is the state of ``nnx.split(model)``. Metrics: loss, grad_norm (before clipping),
-    lr (of this update), tokens (Σ m), skipped (1 when loss or gradient is non-finite). Params
-    and opt_state are donated. With ``mesh``, parameters and optimizer moments follow the
-    partition rules and the batch is split over ``('data', 'fsdp')``; shardings are derived from
-    the first call's trees, so the function compiles on that call.
+    ``params`` is the state of ``nnx.split(model)``; under LoRA only its adapters train
+    (``opt_state`` is of :func:`~arlarena_jax.models.lora.trainable_part`). Metrics: loss,
+    grad_norm (before clipping), lr (of this update), tokens (Σ m), skipped (1 when loss or
+    gradient is non-finite). Params and opt_state are donated. With ``mesh``, parameters and
+    optimizer moments follow the partition rules and the batch is split over
+    ``('data', 'fsdp')``; shardings are derived from the first call's trees, so the function
+    compiles on that call.
     """
 
     def step(params, opt_state, batch):
-        def loss_fn(p):
-            nll, tokens = nll_sums(graphdef, p, batch, chunk_size)
+        trainable, frozen = split_trainable(params)
+
+        def loss_fn(t):
+            nll, tokens = nll_sums(graphdef, join_trainable(t, frozen), batch, chunk_size)
             return nll / jnp.maximum(tokens, 1.0), tokens
 
-        (loss, tokens), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        guarded = guarded_update(optimizer, grads, opt_state, params, jnp.isfinite(loss))
+        (loss, tokens), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable)
+        guarded = guarded_update(optimizer, grads, opt_state, trainable, jnp.isfinite(loss))
         metrics = {
             "loss": loss,
             "grad_norm": guarded.grad_norm,
@@ -202,7 +207,7 @@ def make_sft_step(
             "tokens": tokens,
             "skipped": 1 - guarded.finite.astype(jnp.int32),
         }
-        return guarded.params, guarded.opt_state, metrics
+        return join_trainable(guarded.params, frozen), guarded.opt_state, metrics
 
     return mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=True)
 
@@ -258,7 +263,7 @@ class SFTJob:
 
     def start(self, params: Any) -> CloneState:
         """The state before the first step."""
-        return CloneState(params, self.optimizer.init(params), 0)
+        return CloneState(params, self.optimizer.init(trainable_part(params)), 0)
 
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, batch within the epoch) of the batch that step ``step`` (0-based) trains on."""

@@ -33,6 +33,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from arlarena_jax.models.logprobs import response_log_probs
+from arlarena_jax.models.lora import join_trainable, split_trainable
 from arlarena_jax.models.sharding import BATCH, tree_shardings
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Objective
@@ -219,13 +220,15 @@ def _micro_grad_fn(
     temperature: float,
     chunk_size: int,
 ) -> Callable:
-    """``fn(params, ids, mask, batch) -> ((loss / grad_accum, metrics), grads)`` of one
-    micro-batch. The current entropies go to the loss only if a component declares
-    ``Input.ENTROPY`` (otherwise they are left unused and compiled away)."""
+    """``fn(trainable, frozen, ids, mask, batch) -> ((loss / grad_accum, metrics), grads)`` of
+    one micro-batch, the gradient of the trainable part only (:func:`split_trainable`: the LoRA
+    adapters, or every parameter without LoRA). The current entropies go to the loss only if
+    a component declares ``Input.ENTROPY`` (otherwise they are left unused and compiled
+    away)."""
     use_entropy = Input.ENTROPY in objective.requirements
 
-    def micro_loss(params, ids, mask, batch: TurnBatch):
-        model = nnx.merge(graphdef, params)
+    def micro_loss(trainable, frozen, ids, mask, batch: TurnBatch):
+        model = nnx.merge(graphdef, join_trainable(trainable, frozen))
         stats = response_log_probs(
             model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
         )
@@ -268,8 +271,10 @@ def make_update_step(
     mesh: Mesh | None = None,
 ) -> UpdateStep:
     """``step(params, opt_state, sequences, batch) -> (params, opt_state, metrics)`` on one
-    mini-batch of ``mini_batch_size`` rows (see module doc). ``batch`` is the matching slice of
-    the prepared :class:`TurnBatch` (advantages filled)."""
+    mini-batch of ``mini_batch_size`` rows (see module doc). Under LoRA only the adapters get
+    gradients and optimizer steps (``opt_state`` is the optimizer's state of
+    :func:`~arlarena_jax.models.lora.trainable_part`); the frozen base passes through.
+    ``batch`` is the matching slice of the prepared :class:`TurnBatch` (advantages filled)."""
     if mini_batch_size % micro_batch_size:
         raise ValueError(
             f"mini_batch_size {mini_batch_size} is not a multiple of micro_batch_size "
@@ -291,11 +296,13 @@ def make_update_step(
             return x.reshape(grad_accum, micro_batch_size, *x.shape[1:])
 
         micro = jax.tree.map(split, (sequences.input_ids, sequences.attention_mask, batch))
-        grads, metrics = accumulate_gradients(grad_fn, params, micro, reductions)
-        guarded = guarded_update(optimizer, grads, opt_state, params)
+        trainable, frozen = split_trainable(params)
+        bound = lambda t, *data: grad_fn(t, frozen, *data)  # noqa: E731
+        grads, metrics = accumulate_gradients(bound, trainable, micro, reductions)
+        guarded = guarded_update(optimizer, grads, opt_state, trainable)
         metrics["grad_norm"] = guarded.grad_norm
         metrics["skipped"] = (~guarded.finite).astype(jnp.float32)
-        return guarded.params, guarded.opt_state, metrics
+        return join_trainable(guarded.params, frozen), guarded.opt_state, metrics
 
     jitted = mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=donate)
     return UpdateStep(jitted, mini_batch_size, micro_batch_size)
