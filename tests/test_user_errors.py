@@ -158,6 +158,20 @@ def test_checkpoints_of_another_model_name_the_model_key(tmp_path, capsys):
     )
 
 
+def test_checkpoints_of_other_adapters_name_the_lora_key(tmp_path, capsys):
+    """Only the adapters are checkpointed under model.lora: other adapters (or none) would fail
+    in the restore; the start says which key differs."""
+    fake_run(tmp_path, "model.lora={rank: 4, alpha: 8}")
+    lora = ["model.lora={rank: 8, alpha: 8}", f"trainer.run_dir={tmp_path}"]
+    err = fails(["train", CONFIG, *lora], capsys)
+    assert err.startswith(
+        f"arlarena: config key 'model.lora': the checkpoints in {tmp_path} were written by "
+        "LoRAConfig(rank=4, alpha=8.0, "
+    ) and err.endswith("(use another trainer.run_dir or the same model)")
+    err = fails(["train", CONFIG, f"trainer.run_dir={tmp_path}"], capsys)
+    assert "config key 'model.lora'" in err and "this config says None" in err
+
+
 def test_checkpoints_of_another_objective_state_name_the_setting(tmp_path, capsys):
     fake_run(tmp_path)  # SAMPO keeps reference parameters for its KL loss
     err = fails(

@@ -103,7 +103,8 @@ def _same_model_directory(a: str, b: str) -> bool:
 
 
 def _model_difference(stored: ModelConfig, current: ModelConfig) -> str | None:
-    """The first ``model`` field whose change changes the parameters' shapes, or None."""
+    """The first ``model`` field whose change changes the parameters' shapes (or, for
+    ``lora``, what the checkpointed adapters mean), or None."""
     if (stored.path is None) != (current.path is None):
         return "path"
     if stored.path is not None and current.path is not None:
@@ -111,7 +112,9 @@ def _model_difference(stored: ModelConfig, current: ModelConfig) -> str | None:
             return "path"
     elif stored.name != current.name:
         return "name"
-    return "tokenizer" if stored.tokenizer != current.tokenizer else None
+    if stored.tokenizer != current.tokenizer:
+        return "tokenizer"
+    return "lora" if stored.lora != current.lora else None  # adapters only are checkpointed
 
 
 def _state_signature(config: Config) -> Any:
