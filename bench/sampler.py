@@ -27,12 +27,20 @@ Also per batch: one bare float32 matmul of the decode step's MLP shape, ``[batch
 reach at that batch. At small batches it is far below the 2048² rate the compute floor assumes,
 and XLA's is below PyTorch's.
 
+``--presets`` names presets (random weights, random prompts), fetched models
+(``smollm2-135m-instruct``, from the model cache; one never fetched is skipped with the command
+that fetches it) or Hugging Face directories: ``bench/weights.py``. Real weights get real prompts:
+the directory's chat template over a user message of a few questions, the message cut so that
+every prompt has exactly ``--prompt-len`` tokens (:func:`chat_prompts`), and no stop tokens on
+either side (transformers' eos is switched off, as the engine has none).
+
 ``--max-prefill-length`` (default: the prompt length) gives the engine a longer preallocated
 cache than the run needs, as a trainer's config does (its longest prompt); the decode window
 then keeps each step's attention to the live part of it.
 
-    python bench/sampler.py [--presets tiny small] [--batches 1 32 64 128] [--prompt-len 64]
-                            [--new-tokens 64] [--max-prefill-length P] [--repeats 3]
+    python bench/sampler.py [--presets tiny small smollm2-135m-instruct DIR]
+                            [--batches 1 32 64 128] [--prompt-len 64] [--new-tokens 64]
+                            [--max-prefill-length P] [--repeats 3]
                             [--steps-per-call 8]
 
 The defaults took 7 minutes on a loaded 2-core machine (less when it is idle; PyTorch's two
@@ -45,7 +53,6 @@ import argparse
 import dataclasses
 import os
 import platform
-import tempfile
 import time
 
 import jax
@@ -55,11 +62,13 @@ import torch
 import transformers
 from flax import nnx
 from timing import best_seconds, median_seconds
+from weights import Pair, load_pair
 
-from arlarena_jax.models import QwenForCausalLM, preset, save_pretrained
+from arlarena_jax.models import QwenForCausalLM
 from arlarena_jax.sampler.driver import Request, generate
 from arlarena_jax.sampler.engine import Engine, EngineConfig
 from arlarena_jax.sampler.sampling import GREEDY
+from arlarena_jax.tokenization import load_tokenizer, render_chat
 
 
 @dataclasses.dataclass
@@ -216,15 +225,58 @@ class Floors:
     compute: float
 
 
+QUESTIONS = [
+    "What is the capital of France?",
+    "How do plants turn sunlight into food?",
+    "Write a haiku about the sea.",
+    "Why is the sky blue?",
+    "Give me three tips for learning to cook.",
+    "What does a compiler do?",
+    "Explain gravity to a child.",
+    "Name a famous painting and its painter.",
+]
+
+
+def chat_prompts(tokenizer, batch: int, prompt_len: int) -> np.ndarray:
+    """``batch`` chat prompts of exactly ``prompt_len`` tokens: row ``r`` is the chat template's
+    rendering of one user message (the questions, from the ``r % 8``-th on), with that message
+    cut so that the start (system prompt, user turn) and the end (the message's end, the
+    assistant's turn opened) fit; no padding needed."""
+    rows = []
+    for r in range(batch):
+        k = r % len(QUESTIONS)
+        content = " ".join(QUESTIONS[k:] + QUESTIONS[:k])
+        text = render_chat(tokenizer, [{"role": "user", "content": content}])
+        end = text.rindex(content) + len(content)
+        head, tail = (
+            tokenizer(t, add_special_tokens=False)["input_ids"] for t in (text[:end], text[end:])
+        )
+        if len(head) + len(tail) < prompt_len:
+            raise SystemExit(
+                f"--prompt-len {prompt_len} is longer than the chat prompts "
+                f"({len(head) + len(tail)} tokens)"
+            )
+        rows.append(head[: prompt_len - len(tail)] + tail)
+    return np.array(rows, np.int32)
+
+
 def bench(name: str, batches: list[int], settings: Settings) -> list[Row]:
-    """Every batch size of one preset: random weights, ours against transformers."""
-    model = QwenForCausalLM(preset(name), rngs=nnx.Rngs(0))
-    with tempfile.TemporaryDirectory() as directory:
-        save_pretrained(model, directory)
-        theirs = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
-    param_bytes, params = param_stats(model)
-    print(f"{name} ({params / 1e6:.1f} M parameters, {param_bytes / 2**20:.1f} MiB)")
-    return [bench_batch(name, model, theirs, batch, settings) for batch in batches]
+    """Every batch size of one model, ours against transformers: random prompts for a preset's
+    random weights, chat prompts for real weights (:func:`chat_prompts`)."""
+    pair = load_pair(name)
+    if pair is None:
+        return []
+    tokenizer = None if pair.directory is None else load_tokenizer(pair.directory)
+    # No stop tokens on either side: the engine has none, and transformers' min_new_tokens would
+    # otherwise mask the directory's eos token instead of letting greedy pick it.
+    pair.theirs.generation_config.eos_token_id = None
+    param_bytes, params = param_stats(pair.ours)
+    weights = "random weights" if pair.directory is None else f"real weights from {pair.directory}"
+    print(f"{name} ({params / 1e6:.1f} M parameters, {param_bytes / 2**20:.1f} MiB, {weights})")
+    if tokenizer is not None:
+        sample = tokenizer.decode(chat_prompts(tokenizer, 1, settings.prompt_len)[0])
+        print(f"  chat prompts, e.g. {sample!r}")
+    return [bench_batch(name, pair, tokenizer, batch, settings) for batch in batches]
 
 
 def param_stats(model: QwenForCausalLM) -> tuple[int, int]:
@@ -270,12 +322,18 @@ def step_floors(model: QwenForCausalLM, engine: Engine, settings: Settings) -> F
     return Floors(param_bytes, kv_bytes, live, memory, compute)
 
 
-def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row:
+def bench_batch(name: str, pair: Pair, tokenizer, batch: int, settings: Settings) -> Row:
     """One batch size: greedy check against transformers, then driver end to end, transformers
-    ``generate`` and our decode-only step, timed."""
+    ``generate`` and our decode-only step, timed. Random prompts without a tokenizer, else chat
+    prompts."""
+    model, theirs = pair.ours, pair.theirs
     prompt_len, new_tokens = settings.prompt_len, settings.new_tokens
-    rng = np.random.default_rng(batch)
-    prompts = rng.integers(0, model.config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
+    if tokenizer is None:
+        rng = np.random.default_rng(batch)
+        prompts = rng.integers(0, model.config.vocab_size, size=(batch, prompt_len))
+        prompts = prompts.astype(np.int32)
+    else:
+        prompts = chat_prompts(tokenizer, batch, prompt_len)
     engine = make_engine(model, batch, settings)
     requests = [Request(row.tolist(), max_new_tokens=new_tokens) for row in prompts]
     tids = torch.tensor(prompts, dtype=torch.long)
@@ -299,6 +357,8 @@ def bench_batch(name: str, model, theirs, batch: int, settings: Settings) -> Row
     ref = transformers_generate()[:, prompt_len:].numpy()
     assert got.shape == ref.shape == (batch, new_tokens), (got.shape, ref.shape)
     agree = check_greedy(theirs, prompts, got, ref, settings.tie_tol)
+    if tokenizer is not None:
+        print(f"  batch {batch:>3}: row 0 replies {tokenizer.decode(got[0])!r}")
 
     t_ours = median_seconds(ours, settings.repeats, warmup=0)
     t_theirs = median_seconds(transformers_generate, settings.repeats, warmup=0)
@@ -364,7 +424,12 @@ def markdown(rows: list[Row]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["tiny", "small"],
+        help="presets (random weights), fetched models' names or Hugging Face directories",
+    )
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 64, 128])
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
