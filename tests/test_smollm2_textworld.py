@@ -3,7 +3,7 @@ smallest sizes that still run the real pieces): the model's own tokenizer and Ch
 cloning on walkthrough turns, one GRPO step in the TextWorld pool (projection against the
 admissible commands, the win reward) and a held-out evaluation. Structural checks only.
 Skips with the reason where the model was never fetched (``smollm2_dir``) or ``textworld``
-is missing (the ``alfworld`` extra). About 5 minutes on 2 loaded cores, mostly compiling the
+is missing (the ``alfworld`` extra). 3.5-5 minutes on 2 loaded cores, mostly compiling the
 30-layer model's functions (cloning, sampler, log-probs, update): over the suite's 60 s aim."""
 
 from __future__ import annotations
