@@ -4,15 +4,24 @@ cloning on walkthrough turns, one GRPO step in the TextWorld pool (projection ag
 admissible commands, the win reward) and a held-out evaluation. Structural checks only.
 Skips with the reason where the model was never fetched (``smollm2_dir``) or ``textworld``
 is missing (the ``alfworld`` extra). 3.5-5 minutes on 2 loaded cores, mostly compiling the
-30-layer model's functions (cloning, sampler, log-probs, update): over the suite's 60 s aim."""
+30-layer model's functions (cloning, sampler, log-probs, update): over the suite's time
+budget, so opt-in until it is made faster (issue 39):
+``ARLARENA_REAL_MODEL_E2E=1 python -m pytest -q tests/test_smollm2_textworld.py``."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
 pytest.importorskip("textworld", reason="TextWorld tests need textworld (the alfworld extra)")
+if os.environ.get("ARLARENA_REAL_MODEL_E2E") != "1":
+    pytest.skip(
+        "the SmolLM2 TextWorld run (3.5-5 min of compiling on 2 cores) is opt-in: "
+        "ARLARENA_REAL_MODEL_E2E=1 python -m pytest -q tests/test_smollm2_textworld.py",
+        allow_module_level=True,
+    )
 
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import train
