@@ -15,6 +15,7 @@ from arlarena_jax import cli
 from arlarena_jax.arena.plan import plan
 from arlarena_jax.arena.spec import load_sweep
 from arlarena_jax.models.config import PRESETS
+from arlarena_jax.models.fetch import EMBEDDED
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.train import memory_estimate as me
 from arlarena_jax.train.config import ConfigError, MeshConfig
@@ -114,7 +115,10 @@ def test_cloning_and_evaluation_are_checked_without_rl():
 def test_every_committed_config_is_accepted_where_it_is_meant_to_run(path):
     config = load_config(path)
     model = me.run_model(config)
-    if config.model.path is None:  # a CPU config: this host, its own memory and a 24 GiB one
+    if config.model.path in EMBEDDED:  # a CPU config on the embedded model (fetched or not)
+        model = PRESETS["smollm2-135m"]
+    if config.model.path is None or config.model.path in EMBEDDED:
+        # a CPU config: this host, its own memory and a 24 GiB one
         me.check_memory(config, model, CPU_HOST, reference=True, critic=True)
         me.check_memory(config, model, me.machine_memory(), reference=True, critic=True)
         return
