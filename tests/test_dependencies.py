@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCAL = {"arlarena_jax", "envs", "tests", "bench", "timing", "turn_rows", "conftest"}
 LOCAL |= {p.stem for p in (ROOT / "tests").glob("*.py")}
+LOCAL |= {p.stem for p in (ROOT / "bench").glob("*.py")}  # bench scripts import their siblings
 # where an extra may be imported (lazily): the alfworld extra brings textworld, which the
 # TextWorld games use too
 LAZY_EXTRA_HOME = {
