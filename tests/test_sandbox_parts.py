@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arlarena_jax import host_memory
 from arlarena_jax.errors import ConfigError
 from envs.math import cgroups, memory_budget, sandbox_view, seccomp, uids
 
@@ -199,11 +200,11 @@ def test_executors_fit_half_the_host_and_a_total_over_it_is_refused():
 
 def test_the_cgroup_limit_counts_where_lower(tmp_path):
     _fake_tree(tmp_path, {"memory/job/memory.limit_in_bytes": str(3 * 2**30)})
-    assert memory_budget._cgroup_limit_mb("4:memory:/job\n", tmp_path) == 3072
+    assert host_memory.cgroup_limit_mb("4:memory:/job\n", tmp_path) == 3072
     _fake_tree(tmp_path, {"memory/free/memory.limit_in_bytes": "9223372036854771712"})
-    assert memory_budget._cgroup_limit_mb("4:memory:/free\n", tmp_path) is None
+    assert host_memory.cgroup_limit_mb("4:memory:/free\n", tmp_path) is None
     _fake_tree(tmp_path, {"u/memory.max": "max"})
-    assert memory_budget._cgroup_limit_mb("0::/u\n", tmp_path) is None
+    assert host_memory.cgroup_limit_mb("0::/u\n", tmp_path) is None
 
 
 def test_the_math_config_names_the_key_that_does_not_fit(monkeypatch):

@@ -56,7 +56,6 @@ machine is refused before anything is built.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 
 from arlarena_jax.errors import ConfigError
@@ -347,8 +346,11 @@ def check_memory(config, model: QwenConfig | None, memory: Memory, **kinds: bool
 
 
 def host_memory() -> float:
-    """The host's physical memory in bytes."""
-    return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    """The memory this process may use, in bytes (``MemTotal``, or its cgroup's limit where
+    lower: :func:`arlarena_jax.host_memory.host_memory_mb`)."""
+    from arlarena_jax.host_memory import host_memory_mb
+
+    return float(host_memory_mb() * 2**20)
 
 
 def machine_memory(devices_known: bool = True) -> Memory:

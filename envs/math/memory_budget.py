@@ -3,43 +3,15 @@
 Each call may use ``env.math.sandbox_memory_mb`` in all (``envs.math.cgroups``, else rlimits
 that keep its processes' sum within it), and ``env.math.executors`` calls run at once, so
 ``executors x sandbox_memory_mb`` is what model code may take together. At start-up that total
-is checked against the host's memory (``MemTotal``, or this process's cgroup limit where lower);
+is checked against the host's memory (:func:`arlarena_jax.host_memory.host_memory_mb`);
 ``executors: 0`` picks the usable cores, at most as many calls as fit half of it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
+from arlarena_jax.host_memory import host_memory_mb
 
-CGROUP_LIMITS = (  # this process's memory limit: v2, then v1 (the paths of /proc/self/cgroup)
-    ("", "memory.max"),
-    ("memory", "memory.limit_in_bytes"),
-)
-
-
-def _cgroup_limit_mb(proc_cgroup: str, root: Path) -> int | None:
-    for line in proc_cgroup.splitlines():
-        _, controllers, path = line.split(":", 2)
-        for name, key in CGROUP_LIMITS:
-            if name in (controllers.split(",") if controllers else [""]):
-                base = root / name if name else root
-                with contextlib.suppress(OSError, ValueError):
-                    text = (base / path.lstrip("/") / key).read_text().strip()
-                    if text != "max" and int(text) < 2**60:
-                        return int(text) // 2**20
-    return None
-
-
-def host_memory_mb(root: Path = Path("/sys/fs/cgroup")) -> int:
-    """The memory this process may use: ``MemTotal``, or its cgroup's limit where lower."""
-    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    total = int(meminfo["MemTotal"].split()[0]) // 1024
-    with contextlib.suppress(OSError, ValueError):
-        limit = _cgroup_limit_mb(Path("/proc/self/cgroup").read_text(), root)
-        if limit is not None:
-            return min(total, limit)
-    return total
+__all__ = ["default_executors", "host_memory_mb", "over_budget"]
 
 
 def default_executors(memory_mb: int, cores: int, host_mb: int) -> int:
