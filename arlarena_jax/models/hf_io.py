@@ -7,6 +7,7 @@ has one of the wrong shape, or is of another architecture fails with one line na
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import math
@@ -215,17 +216,21 @@ def load_pretrained(
     mesh: Mesh | None = None,
     remat: str | None = None,
     ignore_unexpected: Sequence[str] = (),
+    num_layers: int | None = None,
 ) -> QwenForCausalLM:
     """Build the model described by ``directory/config.json`` and load its safetensors.
 
     The model is built abstractly (``nnx.eval_shape``: no random weights are ever allocated),
     then every tensor is placed, on ``mesh`` with its partition-rule sharding if one is given.
     Tensors the model does not use are an error unless they match an ``ignore_unexpected``
-    pattern (:func:`load_state_dict`).
+    pattern (:func:`load_state_dict`). ``num_layers`` keeps the first decoder layers only
+    (:func:`first_layers`).
     """
     directory = Path(directory)
     config = QwenConfig.from_json(directory)
     tensors = read_safetensors(directory)
+    if num_layers is not None:
+        config, tensors = first_layers(config, tensors, num_layers)
     model = nnx.eval_shape(
         lambda: QwenForCausalLM(
             config, rngs=nnx.Rngs(0), dtype=dtype, param_dtype=param_dtype, remat=remat
@@ -233,6 +238,24 @@ def load_pretrained(
     )
     load_state_dict(model, tensors, mesh, ignore_unexpected=ignore_unexpected)
     return model
+
+
+def first_layers(
+    config: QwenConfig, tensors: dict[str, np.ndarray], num_layers: int
+) -> tuple[QwenConfig, dict[str, np.ndarray]]:
+    """The config and tensors of the checkpoint's first ``num_layers`` decoder layers (with its
+    embeddings, final norm and head); more layers than it has is one ValueError."""
+    if not 1 <= num_layers <= config.num_hidden_layers:
+        raise ValueError(
+            f"cannot keep {num_layers} layers of a model with {config.num_hidden_layers}"
+        )
+    dropped = {f"model.layers.{i}." for i in range(num_layers, config.num_hidden_layers)}
+    kept = {
+        name: value
+        for name, value in tensors.items()
+        if not any(name.startswith(prefix) for prefix in dropped)
+    }
+    return dataclasses.replace(config, num_hidden_layers=num_layers), kept
 
 
 def save_pretrained(model: QwenForCausalLM, directory: str | Path) -> Path:

@@ -151,6 +151,7 @@ def _base_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
                 dtype=dtype,
                 param_dtype=param_dtype,
                 remat=config.model.remat,
+                num_layers=config.model.num_layers,
             )
         except (OSError, ValueError) as error:  # hf_io names the file or the tensor
             raise ConfigError(

@@ -56,6 +56,10 @@ class ModelConfig:
     remat: str | None = None  # a jax.checkpoint_policies name, e.g. "nothing_saveable"
     # LoRA: train low-rank adapters only ({rank, alpha, targets}); null: full fine-tuning
     lora: LoRAConfig | None = None
+    # Keep only the first N decoder layers of model.path (null: all): the real tokenizer, chat
+    # template and embeddings on a shallow network that compiles in seconds, for checks of the
+    # pipeline (the end-to-end tests); what it generates is not the model's behaviour.
+    num_layers: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +316,10 @@ def _check_model(model: ModelConfig) -> None:
         _fail("model.remat", f"unknown jax.checkpoint_policies name {model.remat!r}")
     if model.lora is not None:
         _check(invalid_lora(model.lora), "model.lora")
+    if model.num_layers is not None and model.path is None:
+        _fail("model.num_layers", "keeps the first layers of model.path, which is null")
+    if model.num_layers is not None and model.num_layers < 1:
+        _fail("model.num_layers", f"must be >= 1 or null, got {model.num_layers}")
 
 
 def explicit_knobs(algorithm: Any) -> dict[str, Any]:

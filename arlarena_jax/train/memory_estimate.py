@@ -376,9 +376,13 @@ def run_model(config) -> QwenConfig | None:
     if config.model.path is None:
         return PRESETS.get(config.model.name)
     try:
-        return QwenConfig.from_json(model_dir(config.model))
+        shape = QwenConfig.from_json(model_dir(config.model))
     except (OSError, ValueError):
         return None
+    layers = config.model.num_layers
+    if layers is None or not 1 <= layers <= shape.num_hidden_layers:
+        return shape
+    return dataclasses.replace(shape, num_hidden_layers=layers)
 
 
 def check_config_memory(config, *, training: bool = True, devices_known: bool = True) -> None:
