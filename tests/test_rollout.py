@@ -15,6 +15,7 @@ import pytest
 
 from arlarena_jax.objectives.host import collate
 from arlarena_jax.rollout import Trajectory, collect, rollout_metrics, success_metrics
+from arlarena_jax.rollout.metrics import standard_errors
 from envs.alfworld.prompts import ALFWORLD_FORMAT, alfworld_episode_metrics
 from envs.base import Observation, Step
 from envs.sokoban.prompts import SOKOBAN_FORMAT
@@ -215,6 +216,8 @@ def test_max_turns_cut_and_done_envs_leave_no_rows():
         "val/length/max": 3.0,
         "val/length/min": 1.0,
         "val/text/test_score": (10.9 - 3 * 0.3) / 4,
+        "val/episodes": 2.0,
+        "val/success_rate_se": 0.5 / 2**0.5,  # sqrt(p(1 - p)/n), p = 1/2, n = 2
     }
     assert metrics == pytest.approx(expected, abs=1e-5)
     calls.clear()
@@ -339,6 +342,16 @@ def test_success_keys_from_infos():
         traj(True, {"gamefile": None}),  # no path: counted in success_rate only
     ]
     assert success_metrics(webshop) == {"success_rate": 0.5}  # no environment keys by default
+    # scores 1 and 0: std 0.5, n 2; r_type reported by one episode only: std 0
+    assert standard_errors(webshop, webshop_episode_metrics) == pytest.approx(
+        {
+            "success_rate_se": 0.5 / 2**0.5,
+            "webshop_task_score (not success_rate)_se": 0.5 / 2**0.5,
+            "purchase_rate_se": 0.5 / 2**0.5,
+            "purchase/r_type_se": 0.0,
+            "purchase/r_price_se": 0.0,
+        }
+    )
     assert success_metrics(alfworld, alfworld_episode_metrics) == pytest.approx(
         {
             "success_rate": 2 / 3,

@@ -9,7 +9,10 @@ Keys are ``episode/<name>`` for training rollouts and ``val/<name>`` for evaluat
 * ``valid_action_ratio`` and ``valid_response_format_ratio``: means over rows (active turns);
 * ``reward/{mean,max,min}`` and ``length/{mean,max,min}``: over trajectories;
 * evaluation only: ``val/<data_source>/test_score`` = mean over rows of the episode return (long
-  failed episodes weigh more, as the original's ``val/text/test_score``).
+  failed episodes weigh more, as the original's ``val/text/test_score``); ``val/episodes``, the
+  number of held-out episodes n, and for ``success_rate`` and every environment key its standard
+  error ``<key>_se`` = sqrt(Σ(x − x̄)² / n) / sqrt(n) over the episodes reporting it (for a 0/1
+  success: sqrt(p(1 − p)/n)).
 
 ``turns_to_success`` is not logged (as the original); WebShop's ``rollout/{title_score, …}``
 attribute scores are not computed here.
@@ -29,18 +32,36 @@ from envs.text import no_episode_metrics
 EpisodeMetrics = Callable[[Mapping[str, Any], bool], dict[str, float]]
 
 
+def episode_values(
+    trajectories: list[Trajectory], episode_metrics: EpisodeMetrics = no_episode_metrics
+) -> dict[str, list[float]]:
+    """Per key, the values of the episodes reporting it: ``success_rate`` (``won``) and the
+    task format's ``episode_metrics`` of each last active turn's info."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for traj in trajectories:
+        values["success_rate"].append(float(traj.won))
+        for key, value in episode_metrics(traj.info, traj.won).items():
+            values[key].append(float(value))
+    return values
+
+
 def success_metrics(
     trajectories: list[Trajectory], episode_metrics: EpisodeMetrics = no_episode_metrics
 ) -> dict[str, float]:
     """``success_rate`` and the environment's own per-episode keys (its task format's
     ``episode_metrics`` of the last active turn's info), each averaged over the episodes that
     report it; unprefixed."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for traj in trajectories:
-        values["success_rate"].append(float(traj.won))
-        for key, value in episode_metrics(traj.info, traj.won).items():
-            values[key].append(float(value))
+    values = episode_values(trajectories, episode_metrics)
     return {key: float(np.mean(v)) for key, v in values.items()}
+
+
+def standard_errors(
+    trajectories: list[Trajectory], episode_metrics: EpisodeMetrics = no_episode_metrics
+) -> dict[str, float]:
+    """``<key>_se`` = std(x) / sqrt(n) (population std) of every :func:`success_metrics` key,
+    over the episodes reporting it: sqrt(p(1 − p)/n) for a 0/1 success; unprefixed."""
+    values = episode_values(trajectories, episode_metrics)
+    return {f"{key}_se": float(np.std(v) / np.sqrt(len(v))) for key, v in values.items()}
 
 
 def _stats(name: str, values: list[float]) -> dict[str, float]:
@@ -67,6 +88,10 @@ def rollout_metrics(
     out |= _stats("reward", [t.episode_return for t in rollout.trajectories])
     out |= _stats("length", [float(t.length) for t in rollout.trajectories])
     metrics = {f"{prefix}/{key}": float(value) for key, value in out.items()}
+    if not training:
+        errors = standard_errors(rollout.trajectories, episode_metrics)
+        metrics |= {f"val/{key}": value for key, value in errors.items()}
+        metrics["val/episodes"] = float(len(rollout.trajectories))
     if not training and rows:
         metrics[f"val/{rollout.data_source}/test_score"] = float(
             np.mean([r.episode_return for r in rows])

@@ -81,9 +81,13 @@ def summary_table(summary: Summary) -> str:
     def pct(x: Any) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
+    def se(key: str) -> str:  # the final evaluation's standard error, where it has one
+        value = summary.final_eval.get(key)
+        return "" if value is None else f" ± {100 * value:.1f}"
+
     rows = [
         ("held-out success after cloning", pct(summary.success_after_cloning)),
-        ("held-out success after RL", pct(summary.success_after_rl)),
+        ("held-out success after RL", pct(summary.success_after_rl) + se("val/success_rate_se")),
         ("RL steps", str(summary.steps)),
         ("stability events", str(summary.stability_events)),
         ("skipped (non-finite) updates", str(summary.skipped_updates)),
@@ -96,8 +100,15 @@ def summary_table(summary: Summary) -> str:
         if key.endswith("_success_rate") and key != "val/success_rate"
     )
     rows[2:2] = [(f"  {key[len('val/') :]}", pct(value)) for key, value in per_task]
-    scores = [value for key, value in summary.final_eval.items() if "task_score" in key]
-    rows[2:2] = [("held-out mean task score (x100)", f"{100 * value:.1f}") for value in scores]
+    scores = [
+        (key, value)
+        for key, value in summary.final_eval.items()
+        if "task_score" in key and not key.endswith("_se")
+    ]
+    rows[2:2] = [
+        ("held-out mean task score (x100)", f"{100 * value:.1f}" + se(f"{key}_se"))
+        for key, value in scores
+    ]
     if summary.stopped is not None:  # not finished: resumable
         rows.insert(0, ("stopped (resumable)", f"by {summary.stopped}"))
     width = max(len(k) for k, _ in rows)
