@@ -384,3 +384,61 @@ def test_settings_are_config_keys():
         load_config(TINY), ["algorithm.rollout_is=sequence", "algorithm.rollout_rs=geometric"]
     )
     assert (config.algorithm.rollout_is, config.algorithm.rollout_rs) == ("sequence", "geometric")
+
+
+def test_the_update_step_applies_the_corrections():
+    """Through the trainer's update step (tiny model, 4 rows, micro-batches of 2): Δ = 0.5 on
+    every token of rows 0-1 puts their geometric ratio at e^0.5 > 1.001, so Geo-RS rejects half
+    the rows (micro-batch fractions 1 and 0, mean 0.5); Δ = 0.5 everywhere rejects every row, and
+    with no KL or entropy term nothing is left to move the parameters."""
+    import optax
+    from flax import nnx
+
+    from arlarena_jax.models import QwenConfig, QwenForCausalLM
+    from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
+    from tests.turn_rows import random_turn_rows
+
+    config = QwenConfig(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
+    graphdef, params = nnx.split(QwenForCausalLM(config, rngs=nnx.Rngs(0)))
+    objective = presets.build(
+        "grpo",
+        use_kl_loss=False,
+        entropy_coef=0.0,
+        rollout_is="sequence",
+        rollout_rs="geometric",
+    )
+    sequences, batch = random_turn_rows(
+        np.random.default_rng(3), 4, vocab=48, group_size=2, prompt_length=6, response_length=5
+    )
+    sequences = jax.tree.map(jnp.asarray, sequences)
+    batch = jax.tree.map(jnp.asarray, batch)
+    lp, ent = make_log_prob_fn(graphdef, prompt_length=6, micro_batch_size=2)(params, sequences)
+    batch = batch._replace(old_log_probs=lp * batch.response_mask, old_entropy=ent)
+    batch, _, _ = make_prepare_fn(objective)(batch, None)
+    update = make_update_step(
+        graphdef,
+        objective,
+        optax.sgd(1.0),
+        prompt_length=6,
+        mini_batch_size=4,
+        micro_batch_size=2,
+        donate=False,
+    )
+    mask = batch.response_mask
+    for stale_rows, rejected in ((np.array([1, 1, 0, 0]), 0.5), (np.ones(4), 1.0)):
+        delta = 0.5 * jnp.asarray(stale_rows, jnp.float32)[:, None] * mask
+        stale = batch._replace(rollout_log_probs=batch.old_log_probs - delta)
+        new_params, _, metrics = update.step(params, optax.sgd(1.0).init(params), sequences, stale)
+        np.testing.assert_allclose(float(metrics["geo_rs_rejected_frac"]), rejected, rtol=RTOL)
+        assert np.isfinite(float(metrics["seq_tis_weight_mean"]))
+        same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), params, new_params)
+        assert all(jax.tree.leaves(same)) == (rejected == 1.0)
