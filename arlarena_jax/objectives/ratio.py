@@ -15,6 +15,7 @@ separate components that combine with any loss here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -397,7 +398,13 @@ def _rs_bounds(name: str, upper: float, lower: float | None) -> tuple[float, flo
     return math.log(lower), math.log(upper)
 
 
-def _row_rejection(name: str, key: str, statistic, upper: float, lower: float | None):
+def _row_rejection(
+    name: str,
+    key: str,
+    statistic: Callable[[Array, Array], Array],
+    upper: float,
+    lower: float | None,
+) -> MaskTransform:
     """A MaskTransform dropping rows whose log statistic lies outside [log lower, log upper]."""
     log_low, log_high = _rs_bounds(name, upper, lower)
 
