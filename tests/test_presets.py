@@ -35,6 +35,8 @@ def test_declared_knobs_are_what_the_builder_reads(name):
         "dynamic_sampling": True,
         "use_kl_in_reward": True,
         "kl_in_reward_target": 0.1,
+        "rollout_is": "sequence",
+        "rollout_rs": "geometric",
     }
     for switches in ({}, every_switch):
         recording = Recording(settings(name, **switches))

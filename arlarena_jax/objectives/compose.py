@@ -7,9 +7,9 @@ kind                  role
 ====================  ==========================================================================
 RewardShaper          before advantages: invalid penalty, overlong shaping, KL in reward
 AdvantageEstimator    batch-level: token rewards -> advantages and returns (exactly one)
-MaskTransform         per micro-batch: rewrite the policy-loss mask (sequence masking)
+MaskTransform         per micro-batch: rewrite the policy-loss mask (sequence masking, Geo-RS)
 PolicyLoss            per micro-batch: ratio / clipping -> ``[N, T]`` loss matrix (exactly one)
-LossWeight            per micro-batch: multiply the loss matrix (truncated IS)
+LossWeight            per micro-batch: multiply the loss matrix (truncated IS, Seq-TIS)
 Aggregation           per micro-batch: loss matrix -> scalar (default token-mean)
 Regularizer           per micro-batch: scalar terms added to the loss (KL, entropy)
 GroupFilter           host-side dynamic sampling settings, read by the rollout driver
@@ -103,11 +103,15 @@ class PolicyLoss(NamedTuple):
 
 
 class LossWeight(NamedTuple):
-    """``fn(log_probs, batch) -> [N,T]`` multiplier applied to the policy loss matrix."""
+    """``fn(log_probs, batch) -> ([N,T] multiplier, metrics)`` applied to the policy loss matrix.
+
+    ``batch.response_mask`` is the micro-batch's mask of real rows (before mask transforms).
+    """
 
     name: str
-    fn: Callable[[Array, TurnBatch], Array]
+    fn: Callable[[Array, TurnBatch], tuple[Array, Metrics]]
     needs: Needs = NONE
+    reductions: MetricTable = ()
 
 
 class Regularizer(NamedTuple):
@@ -167,7 +171,13 @@ class Objective(NamedTuple):
     @property
     def metric_reductions(self) -> dict[str, Reduction]:
         """``{key: Reduction}`` for every metric ``prepare`` and ``loss`` can emit (declared)."""
-        emitting = (*self.shapers, *self.mask_transforms, self.policy_loss, *self.regularizers)
+        emitting = (
+            *self.shapers,
+            *self.mask_transforms,
+            self.policy_loss,
+            *self.loss_weights,
+            *self.regularizers,
+        )
         tables = [("Objective.loss", LOSS_METRICS)] + [(c.name, c.reductions) for c in emitting]
         return merge_tables(tables)
 
@@ -234,7 +244,9 @@ class Objective(NamedTuple):
         loss_matrix, pg_metrics = self.policy_loss.fn(log_probs, batch, pg_mask)
         metrics.update(pg_metrics)
         for weight in self.loss_weights:
-            loss_matrix = loss_matrix * weight.fn(log_probs, batch)
+            factor, weight_metrics = weight.fn(log_probs, batch)
+            loss_matrix = loss_matrix * factor
+            metrics.update(weight_metrics)
         pg_loss = self.aggregation(loss_matrix, pg_mask, batch.row_mask)
         metrics["pg_loss"] = pg_loss
         total = pg_loss

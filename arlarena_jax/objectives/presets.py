@@ -16,13 +16,15 @@ Where a release script for another environment differs (WebShop's SAMPO uses GiG
 and a cold start of 5), the environment's registration carries the overrides, not this module.
 
 Every preset reads the four dimensions' generic knobs (aggregation, sequence masking, the
-regularizers and dynamic sampling), so any method can be crossed with any of them.
+regularizers and dynamic sampling) and the rollout corrections (TIS, Seq-TIS, Seq-MIS, Geo-RS),
+so any method can be crossed with any of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -35,6 +37,10 @@ AggMode = Literal[
 ]
 KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"]
 GiGPOMode = Literal["mean_norm", "mean_std_norm"]
+RolloutIS = Literal["token", "sequence"]
+RolloutRS = Literal["sequence", "geometric"]
+# rollout_rs_threshold when null: verl's rollout_corr presets (Seq-MIS 2.0, Geo-RS 1.001).
+ROLLOUT_RS_THRESHOLD = {"sequence": 2.0, "geometric": 1.001}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +79,11 @@ class MethodSettings:
     kl_in_reward_coef: float = 1e-3  # β, or its start with a target (verl kl_ctrl.kl_coef)
     kl_in_reward_target: float | None = None  # adaptive β towards this KL; null: β fixed
     kl_in_reward_horizon: int = 10000  # the adaptive controller's horizon (rows)
+    rollout_is: RolloutIS | None = None  # sampler/trainer IS weight: TIS (token) or Seq-TIS
+    rollout_is_threshold: float = 2.0  # its cap C: w = min(ratio, C)
+    rollout_rs: RolloutRS | None = None  # row rejection: Seq-MIS (sequence) or Geo-RS (geometric)
+    rollout_rs_threshold: float | None = None  # upper bound U (null: 2.0 sequence, 1.001 geo)
+    rollout_rs_threshold_lower: float | None = None  # lower bound (null: 1/U)
 
 
 # (predicate, requirement) per numeric field; None passes (regularizer_agg_mode's "follow").
@@ -99,6 +110,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kl_in_reward_coef": (lambda v: v >= 0, ">= 0"),
     "kl_in_reward_target": (lambda v: v > 0, "> 0 (or null: a fixed coefficient)"),
     "kl_in_reward_horizon": (lambda v: v >= 1, ">= 1"),
+    "rollout_is": (lambda v: v in typing.get_args(RolloutIS), "token, sequence or null"),
+    "rollout_is_threshold": (lambda v: v > 0, "> 0"),
+    "rollout_rs": (lambda v: v in typing.get_args(RolloutRS), "sequence, geometric or null"),
+    "rollout_rs_threshold": (lambda v: v > 1, "> 1 (or null: 2.0 sequence, 1.001 geometric)"),
+    "rollout_rs_threshold_lower": (lambda v: 0 < v < 1, "in (0, 1) (or null: 1/upper)"),
 }
 
 
@@ -132,6 +148,11 @@ GENERIC = (
     "kl_in_reward_coef",
     "kl_in_reward_target",
     "kl_in_reward_horizon",
+    "rollout_is",
+    "rollout_is_threshold",
+    "rollout_rs",
+    "rollout_rs_threshold",
+    "rollout_rs_threshold_lower",
 )
 CLIP = ("clip_low", "clip_high")
 DUAL_CLIP = (*CLIP, "clip_ratio_c")
@@ -147,12 +168,28 @@ def _generic(s: MethodSettings) -> tuple:
         parts.append(rewards.kl_in_reward(s.kl_in_reward_type, _kl_controller(s)))
     if s.use_seq_mask:
         parts.append(ratio.sequence_mask(s.seq_mask_delta))
+    parts.extend(_rollout_correction(s))
     if s.use_kl_loss:
         parts.append(regularize.kl(s.kl_type, s.kl_coef, aggregation=regularizer_agg))
     parts.append(regularize.entropy(s.entropy_coef, aggregation=regularizer_agg))
     if s.dynamic_sampling:
         parts.append(GroupFilter(s.max_num_gen_batches, s.cold_start_steps))
     return tuple(parts)
+
+
+def _rollout_correction(s: MethodSettings) -> list:
+    """The sampler/trainer correction (docs/algorithms.md §4.9-4.12): an IS weight (TIS or
+    Seq-TIS) and a row rejection (Seq-MIS's or Geo-RS); both read ``rollout_log_probs``."""
+    parts: list = []
+    if s.rollout_is == "token":
+        parts.append(ratio.truncated_is(s.rollout_is_threshold))
+    elif s.rollout_is == "sequence":
+        parts.append(ratio.sequence_truncated_is(s.rollout_is_threshold))
+    if s.rollout_rs is not None:
+        upper = s.rollout_rs_threshold or ROLLOUT_RS_THRESHOLD[s.rollout_rs]
+        reject = {"sequence": ratio.sequence_rejection, "geometric": ratio.geometric_rejection}
+        parts.append(reject[s.rollout_rs](upper, s.rollout_rs_threshold_lower))
+    return parts
 
 
 def _kl_controller(s: MethodSettings) -> rewards.KLController:

@@ -6,11 +6,16 @@ docs/algorithms.md §4: ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (m
 policy-loss mask).
 Notation: δ = lp − lp_old, δ_c = clip(δ, −20, 20), r = exp(δ_c), A the advantage matrix, m the mask.
 
-Sequence masking (:func:`sequence_mask`) and truncated importance sampling (:func:`truncated_is`)
-are separate components that combine with any loss here.
+Sequence masking (:func:`sequence_mask`) and the rollout corrections for the sampler/trainer
+mismatch (token TIS :func:`truncated_is`, Seq-TIS :func:`sequence_truncated_is`, the rejections
+:func:`sequence_rejection` and :func:`geometric_rejection`, docs/algorithms.md §4.9-4.12) are
+separate components that combine with any loss here.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +31,8 @@ sg = jax.lax.stop_gradient
 RATIO_LOG_CLAMP = 20.0  # |δ| clamp before exp for token-level ratios (docs/algorithms.md §4)
 GSPO_LOG_CLAMP = 10.0  # upper clamp of the GSPO log ratio (docs/algorithms.md §4.3)
 OLD_LOG_PROBS = frozenset({Input.OLD_LOG_PROBS})  # what every ratio reads besides lp
+ROLLOUT_INPUTS = frozenset({Input.OLD_LOG_PROBS, Input.ROLLOUT_LOG_PROBS})  # rollout correction
+ROLLOUT_LOG_CLAMP = 20.0  # |log ρ| clamp before exp of a sequence ratio (verl's, SkyRL's bound)
 # The metrics of every policy loss (docs/algorithms.md §4).
 PG_METRICS = means("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
 
@@ -310,20 +317,131 @@ def sequence_mask(delta: float = 0.223) -> MaskTransform:
     )
 
 
+def _rollout_log_ratio(batch: TurnBatch, component: str) -> Array:
+    """Δ = lp_old − lp_rollout on the rows' response tokens, exactly 0 elsewhere (``jnp.where``, so
+    a padding value, even inf or NaN, never reaches a row's sum)."""
+    if batch.rollout_log_probs is None:
+        raise ValueError(f"{component} needs TurnBatch.rollout_log_probs (sampler log-probs)")
+    valid = batch.response_mask > 0
+    return jnp.where(valid, batch.old_log_probs - batch.rollout_log_probs, 0.0)
+
+
+def _real_row_mean(x: Array, row_mask: Array) -> Array:
+    """The mean of a per-row value (a flag: the fraction of rows) over the real rows."""
+    return jnp.sum(x * row_mask) / (jnp.sum(row_mask) + 1e-8)
+
+
 def truncated_is(cap: float) -> LossWeight:
-    """Truncated importance sampling (docs/algorithms.md §4.9):
+    """Token-level truncated importance sampling, TIS (docs/algorithms.md §4.9):
     L ← L·min(exp(lp_old − lp_rollout), cap).
 
     Corrects for the sampler/trainer mismatch; needs ``rollout_log_probs`` in the batch.
+    Metrics: tis_weight_mean (masked mean weight), tis_capped_frac (tokens at the cap).
     """
     if cap <= 0:
         raise ValueError(f"tis_imp_ratio_cap must be > 0 to enable truncated IS, got {cap}")
 
-    def fn(log_probs: Array, batch: TurnBatch) -> Array:
-        if batch.rollout_log_probs is None:
-            raise ValueError("truncated_is needs TurnBatch.rollout_log_probs (sampler log-probs)")
-        return jnp.minimum(jnp.exp(batch.old_log_probs - batch.rollout_log_probs), cap)
+    def fn(log_probs: Array, batch: TurnBatch) -> tuple[Array, dict[str, Array]]:
+        ratio = jnp.exp(_rollout_log_ratio(batch, "truncated_is"))
+        weight = jnp.minimum(ratio, cap)
+        mask = batch.response_mask
+        metrics = {
+            "tis_weight_mean": masked_mean(weight, mask),
+            "tis_capped_frac": masked_mean(ratio > cap, mask),
+        }
+        return weight, metrics
 
     return LossWeight(
-        "truncated_is", fn, needs=frozenset({Input.OLD_LOG_PROBS, Input.ROLLOUT_LOG_PROBS})
+        "truncated_is",
+        fn,
+        needs=ROLLOUT_INPUTS,
+        reductions=means("tis_weight_mean", "tis_capped_frac"),
     )
+
+
+def sequence_truncated_is(cap: float = 2.0) -> LossWeight:
+    """Sequence-level truncated IS, Seq-TIS (docs/algorithms.md §4.10).
+
+    log ρ_i = Σ_t m·(lp_old − lp_rollout) (the log of the product of the row's token ratios),
+    w_i = min(exp(clip(log ρ_i, −20, 20)), cap), one constant weight on every token of row i.
+    Metrics over real rows: seq_tis_weight_mean and seq_tis_capped_frac (ρ_i > cap).
+    """
+    if not cap > 0:
+        raise ValueError(f"rollout_is_threshold must be > 0 (the Seq-TIS cap), got {cap}")
+    log_cap = math.log(cap)
+
+    def fn(log_probs: Array, batch: TurnBatch) -> tuple[Array, dict[str, Array]]:
+        log_rho = jnp.sum(_rollout_log_ratio(batch, "sequence_truncated_is"), axis=-1)
+        safe = jnp.clip(log_rho, -ROLLOUT_LOG_CLAMP, ROLLOUT_LOG_CLAMP)
+        weight = jnp.minimum(jnp.exp(safe), cap)
+        metrics = {
+            "seq_tis_weight_mean": _real_row_mean(weight, batch.row_mask),
+            "seq_tis_capped_frac": _real_row_mean(log_rho > log_cap, batch.row_mask),
+        }
+        return jnp.broadcast_to(weight[:, None], log_probs.shape), metrics
+
+    return LossWeight(
+        "sequence_truncated_is",
+        fn,
+        needs=ROLLOUT_INPUTS,
+        reductions=means("seq_tis_weight_mean", "seq_tis_capped_frac"),
+    )
+
+
+def _rs_bounds(name: str, upper: float, lower: float | None) -> tuple[float, float]:
+    """(log lower, log upper) of a rejection window; lower defaults to 1/upper (verl)."""
+    lower = 1.0 / upper if lower is None else lower
+    if not upper > 1.0:
+        raise ValueError(f"{name}: rollout_rs_threshold must be > 1, got {upper}")
+    if not 0.0 < lower < 1.0:
+        raise ValueError(f"{name}: rollout_rs_threshold_lower must be in (0, 1), got {lower}")
+    return math.log(lower), math.log(upper)
+
+
+def _row_rejection(
+    name: str,
+    key: str,
+    statistic: Callable[[Array, Array], Array],
+    upper: float,
+    lower: float | None,
+) -> MaskTransform:
+    """A MaskTransform dropping rows whose log statistic lies outside [log lower, log upper]."""
+    log_low, log_high = _rs_bounds(name, upper, lower)
+
+    def fn(log_probs: Array, batch: TurnBatch, mask: Array):
+        log_ratio = statistic(_rollout_log_ratio(batch, name), batch.response_mask)
+        high, low = log_ratio > log_high, log_ratio < log_low
+        keep = jnp.where(high | low, 0.0, 1.0).astype(mask.dtype)
+        metrics = {
+            f"{key}_rejected_frac": _real_row_mean(high | low, batch.row_mask),
+            f"{key}_high_frac": _real_row_mean(high, batch.row_mask),
+        }
+        return mask * keep[:, None], metrics
+
+    reductions = means(f"{key}_rejected_frac", f"{key}_high_frac")
+    return MaskTransform(name, fn, needs=ROLLOUT_INPUTS, reductions=reductions)
+
+
+def _sequence_log_ratio(delta: Array, mask: Array) -> Array:
+    return jnp.sum(delta, axis=-1)
+
+
+def sequence_rejection(upper: float = 2.0, lower: float | None = None) -> MaskTransform:
+    """Sequence-level rejection, the RS half of Seq-MIS (docs/algorithms.md §4.11).
+
+    log ρ_i = Σ_t m·(lp_old − lp_rollout); row i leaves the policy-loss mask iff
+    ρ_i > upper or ρ_i < lower (lower = 1/upper by default), tested on log ρ_i (no overflow).
+    Seq-MIS is this plus :func:`sequence_truncated_is`. Metrics over real rows:
+    seq_rs_rejected_frac and seq_rs_high_frac (rejected for ρ_i > upper).
+    """
+    return _row_rejection("sequence_rejection", "seq_rs", _sequence_log_ratio, upper, lower)
+
+
+def geometric_rejection(upper: float = 1.001, lower: float | None = None) -> MaskTransform:
+    """Geometric-mean rejection, Geo-RS (docs/algorithms.md §4.12).
+
+    log ρ̄_i = Σ_t m·(lp_old − lp_rollout) / max(|y_i|, 1), the log of the per-token geometric
+    mean ratio; row i leaves the policy-loss mask iff ρ̄_i > upper or ρ̄_i < lower
+    (lower = 1/upper by default). Metrics: geo_rs_rejected_frac, geo_rs_high_frac.
+    """
+    return _row_rejection("geometric_rejection", "geo_rs", row_mean, upper, lower)
