@@ -9,7 +9,11 @@ Keys are ``episode/<name>`` for training rollouts and ``val/<name>`` for evaluat
 * ``valid_action_ratio`` and ``valid_response_format_ratio``: means over rows (active turns);
 * ``reward/{mean,max,min}`` and ``length/{mean,max,min}``: over trajectories;
 * evaluation only: ``val/<data_source>/test_score`` = mean over rows of the episode return (long
-  failed episodes weigh more, as the original's ``val/text/test_score``).
+  failed episodes weigh more, as the original's ``val/text/test_score``);
+* ``rollout/failed_episodes`` (training) or ``val/failed_episodes`` (evaluation): the number of
+  episodes lost to an infrastructure failure (``Trajectory.failed``), 0 when none. They still
+  count in the other keys as the environment reported them (not won, their reward so far), so
+  ``success_rate`` never rises because episodes failed; the count says how many there were.
 
 ``turns_to_success`` is not logged (as the original); WebShop's ``rollout/{title_score, …}``
 attribute scores are not computed here.
@@ -67,6 +71,8 @@ def rollout_metrics(
     out |= _stats("reward", [t.episode_return for t in rollout.trajectories])
     out |= _stats("length", [float(t.length) for t in rollout.trajectories])
     metrics = {f"{prefix}/{key}": float(value) for key, value in out.items()}
+    failed = float(sum(t.failed for t in rollout.trajectories))
+    metrics["rollout/failed_episodes" if training else "val/failed_episodes"] = failed
     if not training and rows:
         metrics[f"val/{rollout.data_source}/test_score"] = float(
             np.mean([r.episode_return for r in rows])
