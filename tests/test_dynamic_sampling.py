@@ -91,9 +91,17 @@ def test_select_groups_last_try_fills_with_uniform_groups_in_rollout_order():
     assert select_groups([u, m], remaining=10, group_size=2, last_try=True) == [0, 1]
 
 
+def test_groups_without_their_failed_members():
+    """docs/algorithms.md §3.0: a group gives the returns of its valid members only. [1, 2] (one
+    of 3 failed) still differs; [5, 5] (a 0 failed) and [7] (two failed) are uniform."""
+    groups = [[1, 2], [5, 5], [7], [0, 1, 0]]
+    assert select_groups(groups, remaining=12, group_size=3, last_try=False) == [0, 3]
+    assert select_groups(groups, remaining=9, group_size=3, last_try=True) == [0, 1, 3]
+
+
 def test_select_groups_validates_sizes():
-    with pytest.raises(ValueError, match=r"^group 1 has 2 episode returns but group_size=3$"):
-        select_groups([[1, 2, 3], [1, 2]], remaining=6, group_size=3, last_try=False)
+    with pytest.raises(ValueError, match=r"^group 1 has 4 episode returns but group_size=3$"):
+        select_groups([[1, 2, 3], [1, 2, 3, 4]], remaining=6, group_size=3, last_try=False)
     with pytest.raises(ValueError, match="group_size must be >= 1"):
         select_groups([], remaining=6, group_size=0, last_try=False)
     with pytest.raises(ValueError, match="remaining must be >= 0"):
@@ -185,8 +193,8 @@ def test_single_try_is_the_last_try():
 
 
 def test_collect_validates_group_size_and_settings():
-    with pytest.raises(ValueError, match=r"^rollout try 2: group 1 has 2 episode returns"):
-        collect([[B, C], [A, ("x", [1.0, 2.0])]], GroupFilter())
+    with pytest.raises(ValueError, match=r"^rollout try 2: group 1 has 4 episode returns"):
+        collect([[B, C], [A, ("x", [1.0, 2.0, 3.0, 4.0])]], GroupFilter())
     with pytest.raises(ValueError, match="max_num_gen_batches must be >= 1, got 0"):
         collect([[A]], GroupFilter(max_num_gen_batches=0))
     with pytest.raises(ValueError, match="train_batch_size and group_size must be >= 1"):

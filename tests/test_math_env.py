@@ -17,6 +17,7 @@ from envs.math.env import MathBatch
 from envs.math.prompts import MATH_FORMAT, math_episode_metrics
 from envs.math.sandbox import ExecResult, SandboxConfig, run_many, run_python
 from envs.math.verify import Score
+from envs.text import ScriptedPolicy
 
 # Sandboxes share host-wide uids, and tests/test_math_sandbox.py looks for their processes
 # host-wide: under pytest-xdist one worker at a time runs such tests (tests/conftest.py).
@@ -179,6 +180,39 @@ def test_none_ends_without_a_turn_and_void_filter_can_be_off():
     assert step.dones.all() and step.infos[0]["turns"] == 0
     assert not step.infos[1]["exclude_from_loss"] and step.infos[1]["void_turn"]
     assert "toy/avg_at_4" in math_episode_metrics(step.infos[1], False)
+
+
+def flaky_score(text: str, ground_truth: str) -> Score:
+    """``fake_score``, but the answer 9 finds the scorer dead (no verdict) and 8 times out."""
+    score = fake_score(text, ground_truth)
+    if score.extracted == "9":
+        return Score(False, "9", True, failed=True)
+    if score.extracted == "8":
+        return Score(False, "8", True, timed_out=True)
+    return score
+
+
+def test_unscorable_answer_is_a_failure_but_a_timeout_is_not():
+    """docs/environments.md §9.3: a scorer without a verdict is an infrastructure failure (the
+    rollout masks the episode out of its group); a timeout is the answer's own 0."""
+    from arlarena_jax.objectives.host import kept_rows
+    from arlarena_jax.rollout import collect, rollout_metrics
+    from arlarena_jax.rollout.trajectory import TrajectoryRows
+
+    batch = MathBatch(PROBLEMS, 4, execute=fake_execute, score=flaky_score, max_turns=2)
+    answers = ["\\boxed{2}", "\\boxed{9}", "\\boxed{8}", "\\boxed{3}"]
+    policy = ScriptedPolicy(lambda prompts: answers[: len(prompts)])
+    rows = TrajectoryRows()
+    rollout = collect(
+        batch, MATH_FORMAT, policy, group_seeds=[0], group_size=4, max_turns=2, rows=rows
+    )
+    assert [t.failed for t in rollout.trajectories] == [False, True, False, False]
+    assert [r.failed for r in rollout.rows] == [False, True, False, False]
+    infos = [t.info for t in rollout.trajectories]
+    assert "failure" in infos[1] and "failure" not in infos[2] and infos[2]["score_timeout"]
+    assert [t.episode_return for t in rollout.trajectories] == [1.0, 0.0, 0.0, 0.0]
+    assert kept_rows(rollout.to_host_turns()).tolist() == [True, False, True, True]
+    assert rollout_metrics(rollout)["rollout/failed_episodes"] == 1.0
 
 
 def test_seed_picks_the_problem_and_format_projection():

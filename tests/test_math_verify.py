@@ -97,6 +97,7 @@ def test_timeout_kills_the_worker_and_recovers():
     with Scorer(timeout_s=0.3, worker_command=HANGING) as s:
         score = s.score(r"\boxed{1}", "1")
         assert score == Score(correct=False, extracted="1", boxed=True, timed_out=True)
+        assert not score.failed  # the answer's fault, not the infrastructure's
         assert (s.timeouts, s.failures) == (1, 0)
         assert s._proc is None  # killed; the next call starts a new worker
         s.worker_command = Scorer().worker_command  # the real worker from now on
@@ -107,7 +108,7 @@ def test_timeout_kills_the_worker_and_recovers():
 def test_crashing_worker_is_a_failure_not_an_exception():
     with Scorer(timeout_s=5.0, worker_command=CRASHING) as s:
         score = s.score(r"\boxed{1}", "1")
-        assert score == Score(correct=False, extracted="1", boxed=True, timed_out=False)
+        assert score == Score(correct=False, extracted="1", boxed=True, failed=True)
         assert (s.timeouts, s.failures) == (0, 1)
 
 
@@ -116,7 +117,8 @@ def test_crashing_worker_is_a_failure_not_an_exception():
 )
 def test_worker_that_never_starts_is_a_failure(command):
     with Scorer(worker_command=command) as s:
-        assert not s.score("42", "42").correct
+        score = s.score("42", "42")
+        assert not score.correct and score.failed and not score.timed_out
         assert s.failures == 1
 
 

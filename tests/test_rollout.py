@@ -218,6 +218,7 @@ def test_max_turns_cut_and_done_envs_leave_no_rows():
         "val/text/test_score": (10.9 - 3 * 0.3) / 4,
         "val/episodes": 2.0,
         "val/success_rate_se": 0.5 / 2**0.5,  # sqrt(p(1 - p)/n), p = 1/2, n = 2
+        "val/failed_episodes": 0.0,
     }
     assert metrics == pytest.approx(expected, abs=1e-5)
     calls.clear()
@@ -295,7 +296,8 @@ def test_text_env_rows_and_alfworld_metrics():
         "length/min": 1.0,
     }
     got = rollout_metrics(rollout, episode_metrics=alfworld_episode_metrics)
-    assert got == pytest.approx({f"episode/{k}": v for k, v in expected.items()})
+    want = {f"episode/{k}": v for k, v in expected.items()} | {"rollout/failed_episodes": 0.0}
+    assert got == pytest.approx(want)
     val = rollout_metrics(rollout, training=False)
     assert val["val/text/test_score"] == pytest.approx(6.0) and val["val/success_rate"] == 4 / 6
 

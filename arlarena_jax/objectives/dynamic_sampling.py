@@ -4,6 +4,10 @@ The filter drops whole groups, so it runs on the host between rollout and collat
 (docs/algorithms.md §7). A group is kept on a regular try iff its ``n`` raw episode returns (no
 invalid penalty, no overlong shaping) are not all exactly equal. The last try fills up with uniform
 groups so the batch is not left short; the batch may still end smaller than the target.
+
+A group's returns are those of its valid members: episodes lost to an infrastructure failure are
+left out (docs/algorithms.md §3.0), so a group may give fewer than ``n``, and one left with fewer
+than 2 is uniform (it carries no gradient).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ class SamplingResult(NamedTuple, Generic[G]):
 
 
 def is_uniform(returns: Sequence[float]) -> bool:
-    """True iff all episode returns are exactly equal (docs/algorithms.md §7). NaN never equals."""
+    """True iff all episode returns are exactly equal (docs/algorithms.md §7), so also for fewer
+    than 2 returns. NaN never equals."""
     return all(r == returns[0] for r in returns[1:])
 
 
@@ -33,7 +38,7 @@ def _check_group_sizes(
     group_returns: Sequence[Sequence[float]], group_size: int, where: str = ""
 ) -> None:
     for index, returns in enumerate(group_returns):
-        if len(returns) != group_size:
+        if len(returns) > group_size:
             raise ValueError(
                 f"{where}group {index} has {len(returns)} episode returns but "
                 f"group_size={group_size}"
@@ -91,7 +96,8 @@ def collect_groups(
     """Roll out until Q = train_batch_size·group_size trajectories are kept (docs/algorithms.md §7).
 
     ``generate()`` runs one full fresh rollout and returns its groups (each of ``group_size``
-    trajectories); ``returns_of(group)`` gives the group's raw episode returns. With no filter, or
+    trajectories); ``returns_of(group)`` gives the raw episode returns of the group's valid
+    members (at most ``group_size``: failed episodes left out). With no filter, or
     one not active at this step (``GroupFilter.is_active``: training and step > cold start), one
     rollout is returned whole. Otherwise at most ``max_num_gen_batches`` tries run, the last one
     with the fill rule. Groups are concatenated in try order. Rollout metrics should be taken from

@@ -9,6 +9,11 @@ Padding rows are all zeros: ``row_mask`` 0, ids 0, returns, rewards, ``action_va
 token field 0. Padding tokens of real rows have ``response_mask`` 0 and value 0. A row's
 ``loss_mask`` (trajectory rows: 0 on observation tokens) multiplies its ``response_mask``, so the
 objectives never see those tokens.
+
+Failed episodes (docs/algorithms.md §3.0): the rows of a trajectory lost to an infrastructure
+failure (``HostTurn.failed``) get ``row_mask`` 0, so every estimator leaves them out of its group
+statistics and gives them advantage 0, and the loss skips them; a group that a failure leaves
+with fewer than 2 valid trajectories is masked whole (no gradient). See :func:`kept_rows`.
 """
 
 from __future__ import annotations
@@ -153,6 +158,28 @@ class HostTurn:
     # 1 on tokens the loss sees, 0 on tokens it skips (observation tokens of a trajectory row);
     # None: every response token. Same length as old_log_probs.
     loss_mask: Sequence[float] | None = None
+    # the episode was lost to an infrastructure failure: the row leaves its group (kept_rows)
+    failed: bool = False
+
+
+def kept_rows(turns: Sequence[HostTurn]) -> np.ndarray:
+    """[len(turns)] bool: the rows that enter group statistics and the loss
+    (docs/algorithms.md §3.0).
+
+    A failed row is dropped; so is every row of a group that holds a failed trajectory and
+    fewer than 2 valid ones (one valid member has nothing to be compared with). Groups without a
+    failure are kept whole, singletons included.
+    """
+    valid: dict[Hashable, set[Hashable]] = {}
+    hit: set[Hashable] = set()
+    for turn in turns:
+        members = valid.setdefault(turn.group, set())
+        if turn.failed:
+            hit.add(turn.group)
+        else:
+            members.add(turn.trajectory)
+    short = {g for g in hit if len(valid[g]) < 2}
+    return np.asarray([not t.failed and t.group not in short for t in turns], bool)
 
 
 def _resolve_shape(
@@ -233,6 +260,7 @@ def collate(
     trajectory ids over ``(group, trajectory)`` pairs (so per-group trajectory labels such as
     0..n−1 stay distinct across groups), anchor ids as :func:`anchor_ids` with
     ``similarity_threshold`` (GiGPO, docs/algorithms.md §3.9). All ids of padding rows are 0.
+    ``row_mask`` is 1 on the :func:`kept_rows` (0 on failed episodes), 0 on padding.
     """
     n, t = _resolve_shape(turns, num_rows, num_tokens)
     groups = [turn.group for turn in turns]
@@ -248,7 +276,7 @@ def collate(
     batch = TurnBatch(
         response_mask=jnp.asarray(mask),
         old_log_probs=jnp.asarray(_pad_tokens([turn.old_log_probs for turn in turns], n, t)),
-        row_mask=jnp.asarray(_pad_rows([1.0] * len(turns), n, np.float32)),
+        row_mask=jnp.asarray(_pad_rows(kept_rows(turns).astype(np.float32), n, np.float32)),
         group_ids=jnp.asarray(_pad_rows(dense_ids(groups), n, np.int32)),
         traj_ids=jnp.asarray(_pad_rows(traj, n, np.int32)),
         turn_ids=jnp.asarray(_pad_rows([turn.turn for turn in turns], n, np.int32)),

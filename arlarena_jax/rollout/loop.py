@@ -5,6 +5,12 @@ One row per *active* turn (docs/environments.md §1.2: the turn on which ``done`
 kept; later turns of a finished environment are not rows). Environment ``i`` belongs to group
 ``i // group_size`` and is reset with that group's seed, so a group plays one task.
 
+An episode lost to an infrastructure failure (its last info has ``failure``: the host pool's
+crashed or hung worker, an exception in environment code, an answer that could not be scored;
+:func:`is_failure`) is marked ``failed`` on its rows and trajectory: the batch masks it out of
+its group's statistics and the loss, and the metrics count it (docs/algorithms.md §3.0,
+docs/environments.md §1.7).
+
 Ids (the original draws fresh uuids per call): ints. Group ``g`` of this rollout has id
 ``group_offset + g`` and env ``i`` has trajectory id ``group_offset * group_size + i``; both are
 unique within the rollout, and across rollouts when each passes the number of groups collected
@@ -21,7 +27,7 @@ original; neither is read again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,6 +65,8 @@ class TurnRow:
     # trajectory rows (rollout.trajectory): 1 on the model's tokens, 0 on observation tokens;
     # None: every response token counts
     loss_mask: Sequence[int] | None = None
+    # the episode was lost to an infrastructure failure (is_failure): masked out of its group
+    failed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +80,13 @@ class Trajectory:
     length: int
     won: bool
     info: dict[str, Any]
+    failed: bool = False  # lost to an infrastructure failure (is_failure of the last info)
+
+
+def is_failure(info: Mapping[str, Any]) -> bool:
+    """True when an environment reports that the episode was lost to an infrastructure failure
+    (a non-empty ``failure`` reason in its info), not played to an outcome by the policy."""
+    return bool(info.get("failure"))
 
 
 @dataclasses.dataclass
@@ -103,6 +118,7 @@ class Rollout:
                 old_log_probs=list(row.log_probs),
                 rollout_log_probs=list(row.log_probs),
                 loss_mask=None if row.loss_mask is None else list(row.loss_mask),
+                failed=row.failed,
             )
             for row in self.rows
         ]
@@ -251,12 +267,15 @@ def _row(t: _Turn, i: int, group_size: int, group_offset: int, data_source: str)
 def _finish(
     per_env: list[list[TurnRow]], group_size: int, group_offset: int, task_format: TaskFormat
 ) -> Rollout:
-    """Fill episode return/length on every row and build the per-trajectory results."""
+    """Fill episode return/length (and ``failed``) on every row and build the per-trajectory
+    results."""
     rows, trajectories = [], []
     for i, env_rows in enumerate(per_env):
         ret = float(sum(r.reward for r in env_rows))
+        failed = any(is_failure(r.info) for r in env_rows)
         for row in env_rows:
             row.episode_return, row.episode_length = ret, len(env_rows)
+            row.failed = failed
         last = env_rows[-1].info if env_rows else {}
         trajectories.append(
             Trajectory(
@@ -267,6 +286,7 @@ def _finish(
                 length=len(env_rows),
                 won=bool(last.get("won", False)),
                 info=last,
+                failed=failed,
             )
         )
         rows.extend(env_rows)

@@ -13,6 +13,10 @@ Keys are ``episode/<name>`` for training rollouts and ``val/<name>`` for evaluat
   number of held-out episodes n, and for ``success_rate`` and every environment key its standard
   error ``<key>_se`` = sqrt(Σ(x − x̄)² / n) / sqrt(n) over the episodes reporting it (for a 0/1
   success: sqrt(p(1 − p)/n)).
+* ``rollout/failed_episodes`` (training) or ``val/failed_episodes`` (evaluation): the number of
+  episodes lost to an infrastructure failure (``Trajectory.failed``), 0 when none. They still
+  count in the other keys as the environment reported them (not won, their reward so far), so
+  ``success_rate`` never rises because episodes failed; the count says how many there were.
 
 ``turns_to_success`` is not logged (as the original); WebShop's ``rollout/{title_score, …}``
 attribute scores are not computed here.
@@ -92,6 +96,8 @@ def rollout_metrics(
         errors = standard_errors(rollout.trajectories, episode_metrics)
         metrics |= {f"val/{key}": value for key, value in errors.items()}
         metrics["val/episodes"] = float(len(rollout.trajectories))
+    failed = float(sum(t.failed for t in rollout.trajectories))
+    metrics["rollout/failed_episodes" if training else "val/failed_episodes"] = failed
     if not training and rows:
         metrics[f"val/{rollout.data_source}/test_score"] = float(
             np.mean([r.episode_return for r in rows])

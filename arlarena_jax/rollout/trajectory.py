@@ -17,7 +17,9 @@ its episode.
 The row's ``loss_mask`` is 1 on response tokens and 0 on observation tokens, so the objectives
 see only the model's own tokens (``response_mask`` × ``loss_mask``). An episode whose last info
 says ``exclude_from_loss`` (the math environment's void-turn filter) gets an all-zero mask: it
-stays in its group's statistics but carries no gradient. The row's reward is the episode return.
+stays in its group's statistics but carries no gradient. An episode whose last info reports a
+``failure`` (an infrastructure failure, :func:`~arlarena_jax.rollout.loop.is_failure`) is
+``failed``: it leaves its group's statistics too. The row's reward is the episode return.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from arlarena_jax.rollout.loop import Rollout, Trajectory, TurnRow, check_batch_size
+from arlarena_jax.rollout.loop import Rollout, Trajectory, TurnRow, check_batch_size, is_failure
 from envs.base import EnvBatch, Observation
 from envs.text import Context, Generation, TaskFormat
 
@@ -205,6 +207,7 @@ def _rollout(
     out_rows, trajectories = [], []
     for i, conv in enumerate(conversations):
         group, traj = group_offset + i // group_size, group_offset * group_size + i
+        failed = is_failure(conv.info)
         limit = rows.max_right_tokens
         mask = (
             [0] * len(conv.loss_mask[:limit])
@@ -232,8 +235,11 @@ def _rollout(
                 episode_return=conv.reward,
                 episode_length=conv.turns,
                 loss_mask=mask,
+                failed=failed,
             )
         )
         won = bool(conv.info.get("won", False))
-        trajectories.append(Trajectory(group, traj, i, conv.reward, conv.turns, won, conv.info))
+        trajectories.append(
+            Trajectory(group, traj, i, conv.reward, conv.turns, won, conv.info, failed)
+        )
     return Rollout(out_rows, trajectories, group_size, task_format.name, task_format.data_source)

@@ -127,7 +127,7 @@ def collect_batch(
     train_batch_size = envs.num_envs // group_size
     result = dynamic_sampling.collect_groups(
         generate,
-        lambda g: [t.episode_return for t in g.trajectories],
+        lambda g: [t.episode_return for t in g.trajectories if not t.failed],  # §3.0
         objective.group_filter,
         train_batch_size=train_batch_size,
         group_size=group_size,

@@ -14,7 +14,10 @@ The episode also ends at ``max_turns``. At the end the whole right side (respons
 observations, as text) is scored: ``extract_answer`` then math-verify against the ground truth;
 the reward is 1.0 when correct, else 0.0, given on the last turn (no format reward).
 ``info["exclude_from_loss"]`` asks the rollout to mask the trajectory out of the loss when it
-holds a void turn and ``remove_void_turns`` is on (SimpleTIR's filter). An evaluation batch
+holds a void turn and ``remove_void_turns`` is on (SimpleTIR's filter). An episode whose answer
+could not be scored (the scoring worker died twice: no verdict) reports ``info["failure"]``, an
+infrastructure failure the rollout masks out of its group (docs/environments.md §9.3); a
+scoring timeout is the answer's fault and scores 0, as in the original. An evaluation batch
 adds ``avg_at`` (k: how many times each problem is played) to the last info.
 
 :class:`MathBatch` runs N episodes in this process: one step's code blocks run concurrently in
@@ -38,6 +41,7 @@ from envs.math import tir
 from envs.math.data import Problem
 from envs.math.sandbox import ExecResult
 
+SCORER_FAILURE = "the answer could not be scored: the scoring worker died twice"
 Execute = Callable[[Sequence[str]], list[ExecResult]]  # programs -> results, in order
 Score = Callable[[str, str], Any]  # (right-side text, ground truth) -> envs.math.verify.Score
 
@@ -89,8 +93,9 @@ class Episode:
             self.done = True
 
     def final_info(self, score: Any) -> dict[str, Any]:
-        """The last turn's info: the score and the episode's code statistics."""
-        return {
+        """The last turn's info: the score and the episode's code statistics (and ``failure``
+        when the scorer gave no verdict)."""
+        info = {
             "won": bool(score.correct),
             "correct": bool(score.correct),
             "boxed": bool(score.boxed),
@@ -103,6 +108,9 @@ class Episode:
             "void_turn": self.void_turn,
             "exclude_from_loss": self.void_turn and self.remove_void_turns,
         }
+        if getattr(score, "failed", False):
+            info["failure"] = SCORER_FAILURE
+        return info
 
 
 class ThreadScorers:

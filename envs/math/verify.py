@@ -67,12 +67,15 @@ def is_correct(predicted: str, ground_truth: str) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Score:
     """One scored response: ``correct`` (the binary reward), the ``extracted`` answer, ``boxed``
-    (the text had ``\\boxed{``: the is_boxed_ratio metric) and whether scoring ``timed_out``."""
+    (the text had ``\\boxed{``: the is_boxed_ratio metric), whether scoring ``timed_out`` (the
+    answer's fault: scored incorrect) and whether the scorer ``failed`` (its worker died twice or
+    never started: no verdict, an infrastructure failure; docs/environments.md §9.3)."""
 
     correct: bool
     extracted: str
     boxed: bool
     timed_out: bool = False
+    failed: bool = False
 
 
 def default_worker_command() -> list[str]:
@@ -95,7 +98,8 @@ class Scorer:
     asking the worker) and asks the worker. A reply later than ``timeout_s`` kills the worker
     (the next call starts a fresh one), counts in ``timeouts`` and scores incorrect with
     ``timed_out=True``. A dead worker (or one not ready within ``start_timeout_s``) is restarted
-    and the call retried once; a second death scores incorrect and counts in ``failures``. Calls
+    and the call retried once; a second death scores incorrect with ``failed=True`` and counts in
+    ``failures``. Calls
     are serialised by a lock (one worker per Scorer; use one Scorer per thread for parallelism).
     A process forked or unpickled from an owner starts its own worker.
     """
@@ -162,22 +166,22 @@ class Scorer:
         if self._pid != os.getpid():  # forked: the worker and lock belong to the parent
             self._reset_process_state()
         with self._lock:
-            correct, timed_out = self._ask_with_retry(payload)
-        return Score(correct, extracted, boxed, timed_out)
+            correct, timed_out, failed = self._ask_with_retry(payload)
+        return Score(correct, extracted, boxed, timed_out, failed)
 
-    def _ask_with_retry(self, payload: bytes) -> tuple[bool, bool]:
-        """(correct, timed_out): one retry on a dead worker, none on a timeout."""
+    def _ask_with_retry(self, payload: bytes) -> tuple[bool, bool, bool]:
+        """(correct, timed_out, failed): one retry on a dead worker, none on a timeout."""
         for _ in range(2):
             try:
-                return self._ask(payload), False
+                return self._ask(payload), False, False
             except _WorkerTimeout:
                 self._kill()
                 self.timeouts += 1
-                return False, True
+                return False, True, False
             except _WorkerDied:
                 self._kill()
         self.failures += 1
-        return False, False
+        return False, False, True
 
     def _ask(self, payload: bytes) -> bool:
         """Send one request and read its reply within ``timeout_s``."""
