@@ -299,3 +299,20 @@ def test_what_a_second_sweep_runs(tmp_path):
     assert names(retry_failed=True) == ["new", "failed", "stopped", "interrupted"]
     slurm = names(retry_failed=False, executor="slurm")
     assert slurm == ["new", "stopped", "queued", "running", "interrupted"]
+
+
+def test_a_start_cloned_under_another_hash_is_reused_by_its_settings(tmp_path):
+    """A start whose directory name is not today's hash (cloned before the schema gained a key)
+    but whose stored config has the same cloning settings is reused; one of other settings not."""
+    from arlarena_jax.train.config_io import dump_config
+
+    path = sweep_file(tmp_path, "methods: [grpo, gspo]\nbudget: {rl_steps: 3}\n")
+    runs = plan.plan(spec.load_sweep(path))
+    (start,) = plan.starts(runs)
+    old = start.run_dir.parent / "0123456789ab"
+    dump_config(load_config(BASE, ["sft.steps=7"]), old.parent / "other" / "config.yaml")
+    dump_config(runs[0].config, old / "config.yaml")
+    again = plan.plan(spec.load_sweep(path))
+    assert {r.start.run_dir for r in again} == {old}
+    assert again[0].command()[-1] == f"sft.init_from={old}"
+    assert is_rl_only("trainer.use_rollout_log_probs")

@@ -136,13 +136,15 @@ def _label(values: dict[str, Any], config: Any) -> str:
 
 def _start(spec: SweepSpec, base: Path, overrides: dict[str, Any], config: Any) -> Start | None:
     from arlarena_jax.train.config_io import override_text
-    from arlarena_jax.train.start import is_rl_only, start_key
+    from arlarena_jax.train.start import equivalent_start, is_rl_only, start_key
 
     if not config.sft.enabled or config.sft.init_from is not None:
         return None
-    key = start_key(config)
+    directory = spec.starts / config.env.name / start_key(config)
+    if not directory.exists():  # cloned under an older schema: the same settings, another hash
+        directory = equivalent_start(directory.parent, config) or directory
     cloning = tuple(override_text(k, v) for k, v in overrides.items() if not is_rl_only(k))
-    return Start(key, config.env.name, spec.starts / config.env.name / key, base, cloning)
+    return Start(directory.name, config.env.name, directory, base, cloning)
 
 
 def _load(base: Path, overrides: dict[str, Any], values: dict[str, Any]) -> tuple[tuple, Any]:

@@ -48,6 +48,7 @@ RL_ONLY = (
     "trainer.export_hf",
     "sft.init_from",
     "sft.save_every_s",  # how often cloning saves its state, not what it makes
+    "trainer.use_rollout_log_probs",  # the RL update's lp_old
 )
 START_STEP = 0  # the checkpoint step that holds a start's cloned policy
 
@@ -84,6 +85,28 @@ def start_key(config: Config) -> str:
     start, so the same cloning config maps to the same start directory in every sweep."""
     text = json.dumps(cloning_settings(config), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def equivalent_start(parent: Path, config: Config) -> Path | None:
+    """A start directory under ``parent`` whose stored ``config.yaml`` has ``config``'s cloning
+    settings, whatever its name: a start cloned before the schema gained a key (its hash then
+    differed) is the same start, and is reused rather than cloned again. None when there is
+    none (unreadable configs are skipped)."""
+    from arlarena_jax.train.config_io import load_config
+
+    if not parent.is_dir():
+        return None
+    ours = cloning_settings(config)
+    for directory in sorted(parent.iterdir()):
+        stored = directory / "config.yaml"
+        if not stored.is_file():
+            continue
+        try:
+            if cloning_settings(load_config(stored)) == ours:
+                return directory
+        except (ConfigError, OSError, ValueError):
+            continue
+    return None
 
 
 def check_start(config: Config) -> None:
