@@ -124,6 +124,95 @@ def test_without_a_baseline_row_the_change_is_a_dash(table_runs: Path):
     assert all(r.change is None for r in rows.values())
 
 
+def success_se(points: dict[int, float], n: int) -> dict[str, dict[int, float]]:
+    """val/success_rate and its val/success_rate_se = sqrt(p(1 − p)/n) over n episodes."""
+    se = {step: math.sqrt(p * (1 - p) / n) for step, p in points.items()}
+    return {"val/success_rate": points, "val/success_rate_se": se}
+
+
+def evaluated(run: Path, success: float, se: float | None = None) -> None:
+    """The run's final policy evaluated again as 'next' (its metrics.json)."""
+    from arlarena_jax.arena import evaluate
+
+    metrics = {"val/success_rate": success} | ({} if se is None else {"val/success_rate_se": se})
+    record = {"name": "next", "overrides": ["x=1"], "step": 20, "episodes": 75, "metrics": metrics}
+    evaluate.write_evaluation(run / "evaluations" / "next", record)
+
+
+@pytest.fixture
+def se_runs(tmp_path: Path) -> Path:
+    """SAMPO, one seed with SEs over 40 episodes: 0.5 (step 0), 0.75 (10, best), 0.625 (20,
+    final), evaluated on 'next' at 0.25 ± 0.05; GRPO, two seeds with SEs: finals 0.3, 0.5;
+    GSPO, one seed that logged no SE."""
+    sampo = make_run(
+        tmp_path, "sampo", method="sampo", scalars=success_se({0: 0.5, 10: 0.75, 20: 0.625}, 40)
+    )
+    evaluated(sampo, 0.25, math.sqrt(0.25 * 0.75 / 75))  # 0.05
+    for seed, (best, final) in enumerate(((0.4, 0.3), (0.5, 0.5))):
+        run = make_run(
+            tmp_path,
+            f"grpo{seed}",
+            seed=seed,
+            scalars=success_se({0: 0.5, 10: best, 20: final}, 40),
+        )
+        evaluated(run, 0.2 + 0.2 * seed, 0.05)
+    evaluated(make_run(tmp_path, "gspo", method="gspo", scalars=val(0.2, 0.35)), 0.1)
+    return tmp_path
+
+
+def test_one_seed_shows_the_logged_se_at_the_value_s_step(se_runs: Path):
+    rows = rows_by_label(se_runs)
+    sampo = rows["SAMPO"]
+    # sqrt(p(1 − p)/40): step 0 (p 0.5) 0.0790569, step 10 (0.75) 0.0684653, step 20 (0.625)
+    # 0.0765466; event files store float32 (TOL)
+    assert sampo.success["after_cloning"].se == pytest.approx(0.0790569, abs=TOL)
+    assert sampo.success["best"].se == pytest.approx(0.0684653, abs=TOL)
+    assert sampo.success["final"].se == pytest.approx(0.0765466, abs=TOL)
+    assert cell(sampo.success["after_cloning"], 1, 100) == "50.0 ± 7.9 (SE)"
+    assert cell(sampo.success["final"], 1, 100) == "62.5 ± 7.7 (SE)"
+    assert cell(sampo.success["best"], 1, 100) == "75.0 ± 6.8 (SE)"
+    assert cell(sampo.evaluated["next"], 1, 100) == "25.0 ± 5.0 (SE)"  # sqrt(0.1875 / 75)
+
+
+def test_several_seeds_keep_the_std_and_no_se_keeps_the_dash(se_runs: Path):
+    rows = rows_by_label(se_runs)
+    grpo, gspo = rows["GRPO"], rows["GSPO"]
+    # finals 0.3, 0.5: std sqrt(0.02) = 0.141421; 'next' 0.2, 0.4: the same std
+    assert cell(grpo.success["final"], 2, 100) == "40.0 ± 14.1"
+    assert cell(grpo.evaluated["next"], 2, 100) == "30.0 ± 14.1"
+    assert all(s.se is None for s in [*grpo.success.values(), grpo.evaluated["next"]])
+    assert cell(gspo.success["final"], 1, 100) == "35.0 ± –"
+    assert cell(gspo.success["after_cloning"], 1, 100) == "50.0 ± –"
+    assert cell(gspo.evaluated["next"], 1, 100) == "10.0 ± –"
+
+
+def test_the_written_report_marks_the_se(se_runs: Path, tmp_path: Path):
+    build_report([se_runs], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "| 50.0 ± 7.9 (SE) | 62.5 ± 7.7 (SE) |" in md  # after cloning, final
+    assert "| 75.0 ± 6.8 (SE) |" in md and "| 25.0 ± 5.0 (SE) |" in md and "| 35.0 ± – |" in md
+    assert "<td>62.5 ± 7.7 (SE)</td>" in html
+    for text in (md, html):
+        assert "For one seed, ± x (SE) is instead the standard error" in text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    by_method = {g["method"]: g for g in summary["groups"]}
+    assert by_method["sampo"]["success"]["final"]["se"] == pytest.approx(0.0765466, abs=TOL)
+    assert by_method["grpo"]["success"]["final"]["se"] is None
+
+
+def test_webshop_s_one_seed_score_shows_its_se(tmp_path: Path):
+    """The score's SE is logged under the score's sanitised tag plus _se."""
+    score = "val/webshop_task_score (not success_rate)"
+    scalars = {score: {0: 0.4, 10: 0.6, 20: 0.55}, f"{score}_se": {0: 0.031, 10: 0.024, 20: 0.027}}
+    make_run(tmp_path, "webshop", env="webshop", scalars=scalars)
+    (row,) = rows_by_label(tmp_path).values()
+    assert row.score_key == "val/webshop_task_score__not_success_rate_"
+    assert cell(row.score["final"], 1, 1, 3) == "0.550 ± 0.027 (SE)"
+    assert cell(row.score["best"], 1, 1, 3) == "0.600 ± 0.024 (SE)"
+    assert cell(row.success["final"], 1, 100) == "–"  # no success logged
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.floats(-1e6, 1e6, allow_nan=False), st.integers(2, 8))
 def test_identical_seeds_have_zero_std(value: float, n: int):

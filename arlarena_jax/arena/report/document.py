@@ -124,8 +124,10 @@ def definitions(report: Report) -> Bullets:
             f"Success is {SUCCESS_KEY} (held-out episodes) in %. After cloning: step 0, before "
             "RL. Final: the last evaluated step after 0 (a run in progress: its newest). Best: "
             "the maximum over evaluated steps after 0.",
-            "Cells are mean ± sample standard deviation (ddof=1) over seeds; – for one seed; "
-            "(n=k) when only k seeds have the value.",
+            "Cells are mean ± sample standard deviation (ddof=1) over seeds; (n=k) when only k "
+            "seeds have the value. For one seed, ± x (SE) is instead the standard error of "
+            "that evaluation over its n episodes (sqrt(p(1 − p)/n) for a success rate p), "
+            "logged at the value's step; – where the run logged none.",
             f"Δ vs {base}: (m − m_{base}) / m_{base} · 100 of the mean final success, against "
             f"the same environment's {base} group (– for that group itself or without one).",
             "Step: the newest RL step logged / trainer.total_steps.",
@@ -165,7 +167,9 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     if rows[0].score_key:
         key = rows[0].score_key
         note = SCORE_NOTES.get(key, "as logged")
-        blocks.append(Paragraph(f"Score: {key}, {note}; mean ± std over seeds as above."))
+        blocks.append(
+            Paragraph(f"Score: {key}, {note}; mean ± std over seeds (one seed: ± SE) as above.")
+        )
     note = evaluations_note(report, env)
     if note is not None:
         blocks.append(note)

@@ -6,11 +6,14 @@ Per run, from an evaluated metric (``val/success_rate``, or the score):
 - *final*: the value at the last evaluated step after step 0 (a run in progress: its newest);
 - *best*: the maximum over evaluated steps after step 0.
 
-Per group: mean ± sample std (ddof=1; "–" for one seed) over seeds, and the relative change of
-the mean final success against the baseline group (GRPO) of the same environment, as the paper
-prints it: ``(m − m_grpo) / m_grpo · 100``. Success is shown in %, the score as logged. Runs
-evaluated again under other settings (``evaluations/<name>``, a sweep's ``evaluate_on``) add the
-success of each such evaluation, ``val/success_rate@<name>``, per group.
+Per group: mean ± sample std (ddof=1) over seeds, and the relative change of the mean final
+success against the baseline group (GRPO) of the same environment, as the paper prints it:
+``(m − m_grpo) / m_grpo · 100``. A group of one seed has no std: its cells show instead the
+standard error of that one evaluation over its episodes, ``<key>_se`` as the evaluation logged it
+at the value's step (:func:`arlarena_jax.rollout.metrics.standard_errors`), marked "(SE)"; "–"
+where none was logged (older runs). Success is shown in %, the score as logged. Runs evaluated
+again under other settings (``evaluations/<name>``, a sweep's ``evaluate_on``) add the success of
+each such evaluation, ``val/success_rate@<name>``, per group.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ SCORE_NOTES = {
 }
 POINTS = ("after_cloning", "final", "best")
 DASH = "–"
+SE_SUFFIX = "_se"  # an evaluation's standard error of ``<key>`` is logged as ``<key>_se``
+SE_MARK = "(SE)"  # follows a one-seed cell's standard error, telling it from a std over seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +60,13 @@ class Evaluation:
 
 @dataclasses.dataclass(frozen=True)
 class Stat:
-    """Mean and sample standard deviation over ``n`` seeds (std None for one seed)."""
+    """Mean and sample standard deviation over ``n`` seeds (std None for one seed); ``se``: a
+    one-seed group's standard error of its evaluation over its episodes, where logged."""
 
     mean: float | None
     std: float | None
     n: int
+    se: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,15 +110,49 @@ def score_key(runs: Sequence[Run]) -> str | None:
     return next((k for k in SCORE_KEYS if any(k in r.scalars for r in runs)), None)
 
 
+def with_se(s: Stat, se: float | None) -> Stat:
+    """``s`` with the standard error ``se`` (unchanged without a mean or an ``se``)."""
+    return s if s.mean is None or se is None else dataclasses.replace(s, se=se)
+
+
+def point_step(e: Evaluation, point: str) -> int | None:
+    """The step the value of ``point`` (one of :data:`POINTS`) was logged at."""
+    steps = {"after_cloning": 0, "final": e.final_step, "best": e.best_step}
+    return None if getattr(e, point) is None else steps[point]
+
+
+def logged_se(run: Run, key: str, step: int | None) -> float | None:
+    """The run's ``<key>_se`` at ``step``; None where it logged none there."""
+    series = run.scalars.get(key + SE_SUFFIX)
+    return None if series is None or step is None else series.at(step)
+
+
 def _stats(runs: Sequence[Run], key: str | None) -> dict[str, Stat]:
     evals = [evaluation(r.scalars.get(key)) if key else Evaluation() for r in runs]
-    return {p: stat([getattr(e, p) for e in evals]) for p in POINTS}
+    stats = {p: stat([getattr(e, p) for e in evals]) for p in POINTS}
+    if len(runs) != 1 or key is None:
+        return stats
+    return {
+        p: with_se(s, logged_se(runs[0], key, point_step(evals[0], p))) for p, s in stats.items()
+    }
+
+
+def _evaluated_metric(run: Run, name: str, key: str) -> float | None:
+    value = run.evaluations.get(name, {}).get("metrics", {}).get(key)
+    return None if value is None else float(value)
 
 
 def evaluated_success(run: Run, name: str) -> float | None:
     """The held-out success of the run's evaluation ``name`` (None where it has none)."""
-    value = run.evaluations.get(name, {}).get("metrics", {}).get(SUCCESS_KEY)
-    return None if value is None else float(value)
+    return _evaluated_metric(run, name, SUCCESS_KEY)
+
+
+def evaluated_stat(runs: Sequence[Run], name: str) -> Stat:
+    """The group's success in evaluation ``name``; one seed: with that evaluation's SE."""
+    s = stat([evaluated_success(r, name) for r in runs])
+    if len(runs) != 1:
+        return s
+    return with_se(s, _evaluated_metric(runs[0], name, SUCCESS_KEY + SE_SUFFIX))
 
 
 def evaluation_names(runs: Sequence[Run]) -> list[str]:
@@ -151,17 +192,24 @@ def build_rows(
         hits = sum(collapsed.get(str(r.path), False) for r in g.runs)
         warns = sum((warned or {}).get(str(r.path), False) for r in g.runs)
         stats = _stats(g.runs, keys[g.env])
-        evaluated = {n: stat([evaluated_success(r, n) for r in g.runs]) for n in names[g.env]}
+        evaluated = {n: evaluated_stat(g.runs, n) for n in names[g.env]}
         rows.append(Row(g, success[id(g)], stats, keys[g.env], change, hits, warns, evaluated))
     return rows
 
 
+def spread(s: Stat, scale: float = 1.0, digits: int = 1) -> str:
+    """The std over seeds; else a one-seed group's standard error, marked "(SE)"; else "–"."""
+    if s.std is not None:
+        return f"{s.std * scale:.{digits}f}"
+    return DASH if s.se is None else f"{s.se * scale:.{digits}f} {SE_MARK}"
+
+
 def cell(s: Stat, runs: int, scale: float = 1.0, digits: int = 1) -> str:
-    """``mean ± std`` (std "–" for one seed), ``(n=k)`` when fewer than ``runs`` seeds count."""
+    """``mean ± std``; one seed: ``mean ± SE (SE)`` or ``mean ± –`` (:func:`spread`);
+    ``(n=k)`` when fewer than ``runs`` seeds count."""
     if s.mean is None:
         return DASH
-    std = DASH if s.std is None else f"{s.std * scale:.{digits}f}"
-    text = f"{s.mean * scale:.{digits}f} ± {std}"
+    text = f"{s.mean * scale:.{digits}f} ± {spread(s, scale, digits)}"
     return text if s.n == runs else f"{text} (n={s.n})"
 
 
