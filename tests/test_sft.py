@@ -15,9 +15,11 @@ import optax
 import pytest
 from flax import nnx
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.models import QwenForCausalLM, make_mesh, preset, shard_model
 from arlarena_jax.rollout.policy import chat_prompt_ids
 from arlarena_jax.tokenization import render_chat, train_tiny
+from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.demos import expert_demonstrations
 from arlarena_jax.train.optim import (
     SFT_OPTIM,
@@ -196,7 +198,7 @@ def random_batch(seed: int = 0, b: int = 8, s: int = 32) -> SFTBatch:
     return SFTBatch(ids, attn, attn * (np.arange(s)[None] >= 8).astype(np.int32))
 
 
-def one_step(mesh, batch):
+def one_step(mesh, batch, micro_batch_size=None):
     """One step from the same initial one-layer model (compiles faster); eps 1e-6 keeps Adam's
     g/(|g|+ε) well conditioned for near-zero gradients, whose float noise differs by layout."""
     opt = make_optimizer(OptimConfig(lr=1e-3, eps=1e-6), 10)
@@ -204,7 +206,7 @@ def one_step(mesh, batch):
     if mesh is not None:
         shard_model(model, mesh)
     graphdef, params = nnx.split(model)
-    step = make_sft_step(graphdef, opt, mesh=mesh, chunk_size=16)
+    step = make_sft_step(graphdef, opt, mesh=mesh, chunk_size=16, micro_batch_size=micro_batch_size)
     params, opt_state, metrics = step(params, opt.init(params), batch)
     return step, params, opt_state, metrics
 
@@ -227,6 +229,27 @@ def test_sharded_step_equals_unsharded(unsharded):
         np.testing.assert_allclose(float(m1[key]), float(m2[key]), rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree.leaves((p1, o1)), jax.tree.leaves((p2, o2)), strict=True):
         np.testing.assert_allclose(a, np.asarray(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("micro", [2, 4])
+def test_micro_batches_give_the_whole_batch_s_step(unsharded, micro):
+    """Σ nll and Σ m are linear in the rows, so summing micro-batch gradients and dividing by
+    the batch's token count is the whole batch's step, up to float32 summation order (1e-5);
+    the micro-batches hold different token counts (random lengths), so a per-micro-batch mean
+    would not agree."""
+    p1, o1, m1 = unsharded[2]
+    _, p2, o2, m2 = one_step(None, random_batch(), micro_batch_size=micro)
+    for key in ("loss", "grad_norm", "lr", "tokens", "skipped"):
+        np.testing.assert_allclose(float(m1[key]), float(m2[key]), rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves((p1, o1)), jax.tree.leaves((p2, o2)), strict=True):
+        np.testing.assert_allclose(a, np.asarray(b), atol=1e-5)
+
+
+def test_sft_micro_batch_size_must_divide_the_batch():
+    with pytest.raises(ConfigError, match=r"sft\.micro_batch_size.*must divide sft\.batch_size 8"):
+        load_config(
+            "configs/sokoban/base_tiny.yaml", ["sft.batch_size=8", "sft.micro_batch_size=3"]
+        )
 
 
 def test_non_finite_gradient_skips_the_update(unsharded):

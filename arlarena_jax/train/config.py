@@ -161,6 +161,9 @@ class SFTConfig:
     epochs: int = 1
     steps: int | None = None  # optimizer steps; overrides epochs when set
     batch_size: int = 16
+    # rows per gradient pass (null: the whole batch); the batch's gradients are summed over its
+    # micro-batches (a lax.scan), so peak memory is one micro-batch's and the update is the same
+    micro_batch_size: int | None = None
     optim: OptimConfig = SFT_OPTIM
     seed: int = 0
     # seconds of cloning between saves of its state (run_dir/checkpoints_sft), so a hard kill
@@ -534,6 +537,12 @@ def validate(config: Config) -> Config:
         _fail("critic.cliprange_value", f"must be > 0, got {config.critic.cliprange_value!r}")
     _at_least(config.sft, "sft", 1, "num_episodes", "epochs", "steps", "batch_size")
     _at_least(config.sft, "sft", 0, "save_every_s")
+    micro = config.sft.micro_batch_size
+    if micro is not None and (micro < 1 or config.sft.batch_size % micro):
+        _fail(
+            "sft.micro_batch_size",
+            f"must divide sft.batch_size {config.sft.batch_size} (or be null), got {micro}",
+        )
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
     _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "eval_episodes", "save_every")
@@ -551,6 +560,7 @@ def validate(config: Config) -> Config:
     for key, rows in (
         ("trainer.micro_batch_size", trainer.micro_batch_size),
         ("sft.batch_size", config.sft.batch_size),
+        ("sft.micro_batch_size", config.sft.micro_batch_size or config.sft.batch_size),
     ):
         if rows % shards:
             _fail(key, f"{rows} rows do not split over mesh data*fsdp = {shards}")

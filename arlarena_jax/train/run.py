@@ -449,6 +449,7 @@ class Run:
             self.tokenizer,
             demos,
             batch_size=sft.batch_size,
+            micro_batch_size=sft.micro_batch_size,
             optim=sft.optim,
             seed=sft.seed,
             enable_thinking=c.sampler.enable_thinking,

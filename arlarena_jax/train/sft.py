@@ -173,12 +173,48 @@ def nll_sums(
     return -jnp.sum(stats.log_probs * mask), jnp.sum(mask)
 
 
+def nll_sums_and_grads(
+    graphdef: nnx.GraphDef,
+    trainable: Any,
+    frozen: Any,
+    batch: SFTBatch,
+    chunk_size: int,
+    micro_batch_size: int | None = None,
+) -> tuple[jax.Array, jax.Array, Any]:
+    """(Σ m·(−lp), Σ m, ∇_trainable Σ m·(−lp)) over the batch. With ``micro_batch_size`` below
+    the batch's rows, the sums and gradients add up over consecutive micro-batches in a
+    ``lax.scan`` (one micro-batch's activations live at a time); the sums are linear in the rows,
+    so the result is the whole batch's up to float rounding."""
+
+    def one(rows: SFTBatch) -> tuple[jax.Array, jax.Array, Any]:
+        def nll(t):
+            return nll_sums(graphdef, join_trainable(t, frozen), rows, chunk_size)
+
+        (total, tokens), grads = jax.value_and_grad(nll, has_aux=True)(trainable)
+        return total, tokens, grads
+
+    n = batch.input_ids.shape[0]
+    if micro_batch_size is None or micro_batch_size >= n:
+        return one(batch)
+    micro = jax.tree.map(lambda x: x.reshape(n // micro_batch_size, micro_batch_size, -1), batch)
+
+    def add(carry, rows):
+        parts = one(SFTBatch(*rows))
+        return jax.tree.map(jnp.add, carry, parts), None
+
+    zero = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+    start = (*zero, jax.tree.map(jnp.zeros_like, trainable))
+    (total, tokens, grads), _ = jax.lax.scan(add, start, tuple(micro))
+    return total, tokens, grads
+
+
 def make_sft_step(
     graphdef: nnx.GraphDef,
     optimizer: optax.GradientTransformation,
     *,
     mesh: Mesh | None = None,
     chunk_size: int = 128,
+    micro_batch_size: int | None = None,
 ) -> Callable[[Any, Any, SFTBatch], tuple[Any, Any, dict[str, jax.Array]]]:
     """The jitted ``step(params, opt_state, batch) -> (params, opt_state, metrics)``.
 
@@ -188,17 +224,27 @@ def make_sft_step(
     gradient is non-finite). Params and opt_state are donated. With ``mesh``, parameters and
     optimizer moments follow the partition rules and the batch is split over
     ``('data', 'fsdp')``; shardings are derived from the first call's trees, so the function
-    compiles on that call.
+    compiles on that call. ``micro_batch_size``: gradients accumulated over micro-batches of
+    that many rows (:func:`nll_sums_and_grads`).
     """
 
-    def step(params, opt_state, batch):
-        trainable, frozen = split_trainable(params)
+    def loss_and_grads(trainable, frozen, batch):
+        if micro_batch_size is not None and micro_batch_size < batch.input_ids.shape[0]:
+            nll, tokens, nll_grads = nll_sums_and_grads(
+                graphdef, trainable, frozen, batch, chunk_size, micro_batch_size
+            )
+            scale = 1.0 / jnp.maximum(tokens, 1.0)  # loss = Σ nll / Σ m, so is its gradient
+            return (nll * scale, tokens), jax.tree.map(lambda g: g * scale, nll_grads)
 
         def loss_fn(t):
             nll, tokens = nll_sums(graphdef, join_trainable(t, frozen), batch, chunk_size)
             return nll / jnp.maximum(tokens, 1.0), tokens
 
-        (loss, tokens), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable)
+        return jax.value_and_grad(loss_fn, has_aux=True)(trainable)
+
+    def step(params, opt_state, batch):
+        trainable, frozen = split_trainable(params)
+        (loss, tokens), grads = loss_and_grads(trainable, frozen, batch)
         guarded = guarded_update(optimizer, grads, opt_state, trainable, jnp.isfinite(loss))
         metrics = {
             "loss": loss,
@@ -307,6 +353,7 @@ def prepare_sft(
     steps: int | None = None,
     epochs: float | None = None,
     batch_size: int = 8,
+    micro_batch_size: int | None = None,
     buckets: Sequence[int] | None = None,
     optim: OptimConfig = SFT_OPTIM,
     seed: int = 0,
@@ -327,7 +374,9 @@ def prepare_sft(
     total = steps if steps is not None else max(1, round(epochs * batcher.num_batches()))
     optimizer = make_optimizer(optim, total)
     graphdef, _ = nnx.split(model)
-    step_fn = make_sft_step(graphdef, optimizer, mesh=mesh, chunk_size=chunk_size)
+    step_fn = make_sft_step(
+        graphdef, optimizer, mesh=mesh, chunk_size=chunk_size, micro_batch_size=micro_batch_size
+    )
     return SFTJob(batcher, total, optimizer, step_fn)
 
 
