@@ -315,4 +315,4 @@ def test_a_start_cloned_under_another_hash_is_reused_by_its_settings(tmp_path):
     again = plan.plan(spec.load_sweep(path))
     assert {r.start.run_dir for r in again} == {old}
     assert again[0].command()[-1] == f"sft.init_from={old}"
-    assert is_rl_only("trainer.use_rollout_log_probs")
+    assert is_rl_only("trainer.use_rollout_log_probs") and is_rl_only("sft.micro_batch_size")
