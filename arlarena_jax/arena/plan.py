@@ -211,7 +211,13 @@ def evaluations(runs: list[PlannedRun]) -> list[PlannedEvaluation]:
     return [e for run in runs for e in run.evaluations]
 
 
-IGNORED_IN_COMPARISON = ("trainer.run_dir", "sft.init_from")  # paths, spelled as given
+# paths, spelled as given; how cloning saves and sums its gradient (memory), not what it makes
+IGNORED_IN_COMPARISON = (
+    "trainer.run_dir",
+    "sft.init_from",
+    "sft.save_every_s",
+    "sft.micro_batch_size",
+)
 
 
 def check_existing(run: PlannedRun) -> None:
