@@ -105,6 +105,7 @@ CHECKED = (
     "safetensors", "gymnax", "six", "tensorboardX", "etils", "tensorstore", "pyyaml", "protobuf",
     "jinja2",
 )  # fmt: skip
+TINY_TOKENIZER_EPISODES = 16
 PARTS = ("versions", "correctness", "sampler", "training", "model", "rollout")
 
 
@@ -275,8 +276,9 @@ _TOKENIZERS: dict[bool, str] = {}  # qwen_tokenizer -> the folder written for th
 
 def shared_tokenizer(sizes: Sizes) -> str:
     """A tokenizer folder for the rollout and training parts, written once per process: the real
-    Qwen3 vocabulary (``bench/scale_smoke.py``) or the built ``tiny-sokoban`` one (about 10 s to
-    train on a CPU: built once, not once per part)."""
+    Qwen3 vocabulary (``bench/scale_smoke.py``) or, in the dry run, a ``tiny-sokoban``
+    vocabulary built from :data:`TINY_TOKENIZER_EPISODES` expert episodes (the real one's 256
+    take about 10 s on a CPU)."""
     if sizes.qwen_tokenizer not in _TOKENIZERS:
         import device_rollout
         import scale_smoke
@@ -289,7 +291,8 @@ def shared_tokenizer(sizes: Sizes) -> str:
         if sizes.qwen_tokenizer:
             name = scale_smoke.qwen_tokenizer(folder / "qwen")
         else:
-            build.build_tokenizer(load_config(device_rollout.CONFIG)).save_pretrained(folder)
+            config = load_config(device_rollout.CONFIG)
+            build.build_tokenizer(config, TINY_TOKENIZER_EPISODES).save_pretrained(folder)
             name = str(folder)
         _TOKENIZERS[sizes.qwen_tokenizer] = name
     return _TOKENIZERS[sizes.qwen_tokenizer]
