@@ -35,22 +35,24 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "sokoban", "sa
 GROUP_SIZE = 8
 
 
-def build_parts(batch: int, model_dir: str | None):
+def build_parts(batch: int, model_dir: str | None, overrides: tuple[str, ...] = ()):
     """The main job's tokenizer, policy (random or ``model_dir``) and on-device rollout, with
-    ``batch`` decode slots for the host path."""
-    overrides = [f"sampler.max_concurrent_decodes={min(batch, 128)}"]
+    ``batch`` decode slots for the host path; ``overrides`` (``key.path=value``) go last."""
+    settings = [f"sampler.max_concurrent_decodes={min(batch, 128)}"]
     if model_dir:
-        overrides += [f"model.path={model_dir}", f"model.tokenizer={model_dir}"]
-    config = load_config(CONFIG, overrides)
+        settings += [f"model.path={model_dir}", f"model.tokenizer={model_dir}"]
+    config = load_config(CONFIG, [*settings, *overrides])
     tokenizer = build.build_tokenizer(config)
     model = build.build_model(config, tokenizer, None, seed=0)
     _, policy = build.build_policy(config, model, tokenizer, None)
     return config, policy, build.build_device_rollout(config, policy)
 
 
-def measure(batch: int, repeats: int, model_dir: str | None) -> dict[str, float]:
-    """Turns per second of both paths at ``batch`` environments."""
-    config, policy, device = build_parts(batch, model_dir)
+def measure(
+    batch: int, repeats: int, model_dir: str | None, overrides: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Turns per second of both paths at ``batch`` environments (config ``overrides`` last)."""
+    config, policy, device = build_parts(batch, model_dir, overrides)
     envs, fmt = build.make_envs(config, batch), build.task_format(config)
     seeds = list(range(1000, 1000 + batch // GROUP_SIZE))
     kwargs = dict(group_seeds=seeds, group_size=GROUP_SIZE, max_turns=config.env.max_turns)

@@ -37,15 +37,12 @@ from weights import load_pair
 from arlarena_jax.models import token_log_probs
 
 
-def bench(name: str, batch: int, seq: int, repeats: int) -> None:
-    pair = load_pair(name)
-    if pair is None:
-        return
-    ours, theirs, config = pair.ours, pair.theirs, pair.ours.config
-    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, seq))
-    jids, tids = jnp.asarray(ids), torch.tensor(ids)
-    graphdef, params = nnx.split(ours, nnx.Param)
-
+def jax_programs(model, seq: int):
+    """``(params, forward, train, log_prob_pass)``: the model's parameters and its jitted forward
+    (logits), training step (mean token NLL and its gradient, log-probs in one chunk of ``seq``)
+    and log-prob pass (the trainer's default chunks, no gradient), each called as ``f(params,
+    ids)``."""
+    graphdef, params = nnx.split(model, nnx.Param)
     forward = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
 
     def nll(p, x):
@@ -54,16 +51,35 @@ def bench(name: str, batch: int, seq: int, repeats: int) -> None:
 
     train = jax.jit(jax.value_and_grad(nll))
     log_prob_pass = jax.jit(lambda p, x: token_log_probs(nnx.merge(graphdef, p), x).log_probs)
+    return params, forward, train, log_prob_pass
 
-    def torch_forward():
+
+def torch_programs(theirs, tids):
+    """transformers' forward (logits, no gradient) and training step (the LM loss with
+    ``labels`` and ``backward()``) on the token batch ``tids``, as argument-free callables."""
+
+    def forward():
         with torch.no_grad():
             return theirs(input_ids=tids).logits
 
-    def torch_train():
+    def train():
         theirs.zero_grad(set_to_none=True)
         loss = theirs(input_ids=tids, labels=tids).loss
         loss.backward()
         return loss
+
+    return forward, train
+
+
+def bench(name: str, batch: int, seq: int, repeats: int) -> None:
+    pair = load_pair(name)
+    if pair is None:
+        return
+    ours, theirs, config = pair.ours, pair.theirs, pair.ours.config
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, seq))
+    jids, tids = jnp.asarray(ids), torch.tensor(ids)
+    params, forward, train, log_prob_pass = jax_programs(ours, seq)
+    torch_forward, torch_train = torch_programs(theirs, tids)
 
     got, expected = np.asarray(forward(params, jids)), torch_forward().numpy()
     # 1e-3, or 1e-4 of the largest logit where that is more (real weights: logits reach ~40, and

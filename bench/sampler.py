@@ -285,7 +285,9 @@ def param_stats(model: QwenForCausalLM) -> tuple[int, int]:
     return sum(x.nbytes for x in leaves), sum(x.size for x in leaves)
 
 
-def make_engine(model: QwenForCausalLM, batch: int, settings: Settings) -> Engine:
+def make_engine(
+    model: QwenForCausalLM, batch: int, settings: Settings, cache_dtype: str = "float32"
+) -> Engine:
     """A greedy engine with ``batch`` slots, no stop tokens."""
     config = EngineConfig(
         max_concurrent_decodes=batch,
@@ -293,6 +295,7 @@ def make_engine(model: QwenForCausalLM, batch: int, settings: Settings) -> Engin
         max_new_tokens=settings.new_tokens,
         steps_per_call=settings.steps_per_call,
         stop_token_ids=(),
+        cache_dtype=cache_dtype,
     )
     return Engine(model, config, sampling=GREEDY)
 

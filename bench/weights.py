@@ -28,6 +28,17 @@ class Pair:
     directory: Path | None  # the real weights' directory; None for a preset's random weights
 
 
+def pair_from(name: str, ours: QwenForCausalLM) -> Pair:
+    """transformers' model on ``ours``' weights (exported with ``save_pretrained``, read back in
+    float32): a pair with random weights, whatever the config."""
+    import transformers
+
+    with tempfile.TemporaryDirectory() as directory:
+        save_pretrained(ours, directory)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(directory)
+    return Pair(name, ours, theirs.eval(), None)
+
+
 def load_pair(name: str) -> Pair | None:
     """Both models for ``name``; None, after printing the fetch command, for a fetched model's
     name that was never fetched. Any other name that is neither a preset nor a directory with a
@@ -36,11 +47,7 @@ def load_pair(name: str) -> Pair | None:
     import transformers
 
     if name in PRESETS:
-        ours = QwenForCausalLM(preset(name), rngs=nnx.Rngs(0))
-        with tempfile.TemporaryDirectory() as directory:
-            save_pretrained(ours, directory)
-            theirs = transformers.AutoModelForCausalLM.from_pretrained(directory)
-        return Pair(name, ours, theirs.eval(), None)
+        return pair_from(name, QwenForCausalLM(preset(name), rngs=nnx.Rngs(0)))
     hint = missing_hint(name)
     if hint is not None:
         print(f"{name}: skipped, {hint}")

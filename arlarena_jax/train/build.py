@@ -101,8 +101,10 @@ def demonstrations(config: Config, seeds) -> list:
     return demos.demonstrations(config.env, seeds)
 
 
-def build_tokenizer(config: Config) -> Any:
-    """The run's tokenizer (see module doc for the built "tiny-<env>" vocabularies)."""
+def build_tokenizer(config: Config, episodes: int | None = None) -> Any:
+    """The run's tokenizer (see module doc for the built "tiny-<env>" vocabularies; ``episodes``
+    replaces the env spec's ``tokenizer_episodes``, the built vocabulary's corpus, for a quick
+    stand-in)."""
     name = config.model.tokenizer
     if is_built_tokenizer(name):
         spec = env_spec(config)
@@ -112,7 +114,8 @@ def build_tokenizer(config: Config) -> Any:
                 f"config key 'model.tokenizer': {name!r} does not fit env.name "
                 f"{config.env.name!r} (built tokenizers: {built})"
             )
-        seeds = range(TOKENIZER_SEED_BASE, TOKENIZER_SEED_BASE + spec.tokenizer_episodes)
+        episodes = spec.tokenizer_episodes if episodes is None else episodes
+        seeds = range(TOKENIZER_SEED_BASE, TOKENIZER_SEED_BASE + episodes)
         texts = [d.prompt + d.reply for d in demonstrations(config, seeds)]
         return train_tiny(texts, vocab_size=TINY_VOCAB, isolate=spec.tokenizer_isolate)
     return load_tokenizer(tokenizer_dir(config.model))
