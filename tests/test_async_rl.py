@@ -200,6 +200,20 @@ def test_k_2_stops_saves_and_resumes_from_the_saved_step(tmp_path, monkeypatch):
     assert no_producer_thread()
 
 
+def test_a_rollback_drops_the_queued_batches(tmp_path):
+    """k = 1 and a KL bound every step breaks, rollback after one bad step: each step restores
+    the previous checkpoint, and the batches queued from the discarded parameters are dropped:
+    the producer starts again from the restored parameters, so steps 2 and 3 train on batches
+    of the parameters they update (staleness 0)."""
+    extra = ("monitor.rollback=true", "monitor.rollback_after=1", "monitor.kl_bound=1e-12")
+    settings = ("trainer.max_staleness=1", "trainer.eval_every=0", *extra)
+    summary = train(config(tmp_path, 3, *settings), console=False)
+    rolled = [row.get("stability/rolled_back_to") for row in summary.history]
+    assert rolled == [0.0, 1.0, 2.0]
+    assert [row["async/staleness_max"] for row in summary.history[1:]] == [0.0, 0.0]
+    assert no_producer_thread()
+
+
 def test_a_producer_exception_reaches_the_trainer_and_the_thread_is_joined(tmp_path, monkeypatch):
     boom = RuntimeError("environment pool crashed")
 
