@@ -90,6 +90,10 @@ def synchronous(tmp_path_factory):
     [
         (["trainer.max_staleness=-1"], "trainer.max_staleness"),
         (["trainer.partial_rollouts=true"], "trainer.partial_rollouts"),
+        (
+            ["trainer.max_staleness=1", "trainer.partial_rollouts=true", "env.device_rollout=true"],
+            "trainer.partial_rollouts",
+        ),
     ],
 )
 def test_bad_async_settings_are_one_line_config_errors(tmp_path, overrides, key):

@@ -553,6 +553,12 @@ def validate(config: Config) -> Config:
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
     _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "eval_episodes", "save_every")
     _check_async(trainer)
+    if trainer.partial_rollouts and env.device_rollout:
+        _fail(
+            "trainer.partial_rollouts",
+            "env.device_rollout plays a batch as one program: no "
+            "decode call to switch weights between",
+        )
     if trainer.mini_batch_size % trainer.micro_batch_size:
         _fail(
             "trainer.mini_batch_size",
