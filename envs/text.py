@@ -141,6 +141,7 @@ class Generation(NamedTuple):
     prompt_ids: Sequence[int] = ()  # the chat-templated prompt
     response_ids: Sequence[int] = ()
     log_probs: Sequence[float] = ()  # one per response token
+    versions: Sequence[int] = ()  # policy version of each response token (asynchronous RL)
 
 
 @dataclasses.dataclass

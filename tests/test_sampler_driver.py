@@ -332,3 +332,30 @@ def test_usage_errors(engine, kwargs, requests, match):
 def test_progress_bar_counts_samples(engine, capsys):
     generate(engine, [Request(PROMPTS[0], n=2, max_new_tokens=2)], progress=True)
     assert "2/2" in capsys.readouterr().err
+
+
+def test_tokens_carry_the_engine_version_of_their_decode_call(engine):
+    """Asynchronous RL: each token is stamped with the engine's ``params_version`` of the decode
+    call that produced it; ``before_decode`` runs before every call of a run on the engine's own
+    parameters (the partial-rollout safe point) and not when parameters are passed explicitly."""
+    calls = []
+
+    def bump():
+        calls.append(len(calls))
+        engine.params_version = len(calls) - 1  # call 1: version 0, call 2: version 1, ...
+
+    requests = [Request(PROMPTS[0], max_new_tokens=8), Request(PROMPTS[1], max_new_tokens=8)]
+    engine.before_decode = bump
+    try:
+        (a,), (b,) = generate(engine, requests, seed=0)
+        own = jax.tree.map(lambda x: x, engine.load_params())  # the same arrays, passed
+        explicit = generate(engine, requests, params=own, seed=0)
+    finally:
+        engine.before_decode, engine.params_version = None, 0
+    for c in (a, b):
+        assert len(c.versions) == len(c.token_ids)
+        assert c.versions == sorted(c.versions) and c.versions[0] == 0
+    longest = max((a, b), key=lambda c: len(c.token_ids))
+    assert len(longest.token_ids) > 2 and longest.versions[-1] >= 1  # 2 steps per call
+    assert len(calls) >= 2
+    assert all(set(c.versions) == {len(calls) - 1} for (c,) in explicit)  # no hook: fixed

@@ -67,6 +67,9 @@ class TurnRow:
     loss_mask: Sequence[int] | None = None
     # the episode was lost to an infrastructure failure (is_failure): masked out of its group
     failed: bool = False
+    # the policy version of each response token (asynchronous RL; -1 on observation tokens of
+    # trajectory rows); None: not recorded (scripted policies, the on-device rollout)
+    versions: Sequence[int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +253,7 @@ def _row(t: _Turn, i: int, group_size: int, group_offset: int, data_source: str)
         prompt_ids=list(gen.prompt_ids),
         response_ids=list(gen.response_ids),
         log_probs=list(gen.log_probs),
+        versions=list(gen.versions) if len(gen.versions) else None,
         prompt=t.prompts[i],
         response=gen.text,
         **row_place(i, group_size, group_offset),

@@ -146,6 +146,8 @@ class SamplerPolicy:
             seed=seed,
         )
         return [
-            Generation(c.text, list(c.prompt_ids), list(c.token_ids), list(c.log_probs))
+            Generation(
+                c.text, list(c.prompt_ids), list(c.token_ids), list(c.log_probs), list(c.versions)
+            )
             for (c,) in results
         ]

@@ -63,6 +63,7 @@ class _Conversation:
     ids: list[int] = dataclasses.field(default_factory=list)
     log_probs: list[float] = dataclasses.field(default_factory=list)
     loss_mask: list[int] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)  # -1: not the model's
     turns: int = 0
     reward: float = 0.0
     valid: bool = True
@@ -70,11 +71,19 @@ class _Conversation:
     action: Any = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def add(self, text: str, ids: Sequence[int], log_probs: Sequence[float], mask: int) -> None:
+    def add(
+        self,
+        text: str,
+        ids: Sequence[int],
+        log_probs: Sequence[float],
+        mask: int,
+        versions: Sequence[int] = (),
+    ) -> None:
         self.text += text
         self.ids += list(ids)
         self.log_probs += list(log_probs) if mask else [0.0] * len(ids)
         self.loss_mask += [mask] * len(ids)
+        self.versions += list(versions) if len(versions) == len(ids) else [-1] * len(ids)
 
 
 def cut_generation(gen: Generation, keep: str, decode) -> Generation:
@@ -94,7 +103,10 @@ def cut_generation(gen: Generation, keep: str, decode) -> Generation:
         else:
             lo = mid + 1
     return gen._replace(
-        text=decode(ids[:lo]), response_ids=ids[:lo], log_probs=list(gen.log_probs)[:lo]
+        text=decode(ids[:lo]),
+        response_ids=ids[:lo],
+        log_probs=list(gen.log_probs)[:lo],
+        versions=list(gen.versions)[:lo],
     )
 
 
@@ -119,7 +131,7 @@ def _take_turn(conv: _Conversation, gen: Generation, fmt: TaskFormat, obs: Obser
     gen = cut_generation(gen, keep, policy.decode)
     if conv.turns == 0 and gen.prompt_ids:
         conv.prompt_ids = list(gen.prompt_ids)
-    conv.add(gen.text, gen.response_ids, gen.log_probs, 1)
+    conv.add(gen.text, gen.response_ids, gen.log_probs, 1, gen.versions)
     conv.turns += 1
     projection = fmt.project(gen.text, obs)
     conv.valid &= bool(projection.action_valid)
@@ -236,6 +248,7 @@ def _rollout(
                 episode_length=conv.turns,
                 loss_mask=mask,
                 failed=failed,
+                versions=conv.versions[:limit] if any(v >= 0 for v in conv.versions) else None,
             )
         )
         won = bool(conv.info.get("won", False))

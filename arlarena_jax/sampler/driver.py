@@ -60,6 +60,8 @@ class Completion:
     log_probs: list[float]  # behaviour log-probs, one per token
     text: str
     finish_reason: str  # "stop" (stop token), "stop_string", or "length"
+    # the engine's ``params_version`` each token was decoded under, one per token
+    versions: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -68,6 +70,7 @@ class _Sample:
     member: int
     tokens: list[int] = dataclasses.field(default_factory=list)
     log_probs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
     checked: int = 0  # leading tokens already searched for stop strings
 
 
@@ -255,6 +258,8 @@ class _Run:
     ):
         self.engine, self.requests, self.prompts, self.budgets = engine, requests, prompts, budgets
         self.tokenizer, self.params, self.sampling = tokenizer, params, sampling
+        self.follows_engine = params is engine.load_params()  # may switch between decode calls
+        self.version = getattr(engine, "params_version", 0)
         self.stop_strings, self.include_stop_string = stop_strings, include_stop_string
         self.results: list[list[Completion | None]] = [[None] * r.n for r in requests]
         self.keys = member_keys(requests, seed) if requests else []
@@ -273,6 +278,7 @@ class _Run:
     def loop(self) -> list[list[Completion]]:
         """Fill free slots, decode, collect; until every sample is finished."""
         while self.waiting or self.lone or self.running:
+            self.refresh()
             self.fill_free_slots()
             self.state, result = self.engine.generate(
                 self.params, self.state, sampling=self.sampling, window=self.window()
@@ -281,6 +287,18 @@ class _Run:
         if self.bar is not None:
             self.bar.close()
         return self.results  # type: ignore[return-value]
+
+    def refresh(self) -> None:
+        """The safe point of partial rollouts: before each decode call (and the prefills of
+        that round), run the engine's ``before_decode`` hook (it may swap the engine's
+        parameters) and take the engine's parameters and version. Tokens emitted by the next
+        call carry that version; KV entries written before stay (docs/architecture.md)."""
+        hook = getattr(self.engine, "before_decode", None)
+        if hook is None or not self.follows_engine:
+            return
+        hook()
+        self.params = self.engine.load_params()
+        self.version = getattr(self.engine, "params_version", 0)
 
     def window(self) -> int:
         """The engine's decode window for the running samples (cache length of a slot: its
@@ -363,6 +381,7 @@ class _Run:
             keep = valid[slot]
             sample.tokens += tokens[slot][keep].tolist()
             sample.log_probs += log_probs[slot][keep].tolist()
+            sample.versions += [self.version] * int(np.count_nonzero(keep))
             if self.stop_strings and self.cut_stop_string(slot, sample):
                 continue
             if done[slot]:
@@ -376,7 +395,7 @@ class _Run:
         sample.checked = len(sample.tokens)
         if n_cut is None:
             return False
-        del sample.tokens[n_cut:], sample.log_probs[n_cut:]
+        del sample.tokens[n_cut:], sample.log_probs[n_cut:], sample.versions[n_cut:]
         text = self.decode(sample.tokens)
         start, end = find_stop(text, stops)
         self.finish(slot, sample, "stop_string", text[: end if self.include_stop_string else start])
@@ -386,7 +405,7 @@ class _Run:
         prompt = self.prompts[sample.request]
         text = self.decode(sample.tokens) if text is None else text
         self.results[sample.request][sample.member] = Completion(
-            prompt, sample.tokens, sample.log_probs, text, reason
+            prompt, sample.tokens, sample.log_probs, text, reason, sample.versions
         )
         del self.running[slot]
         self.free.append(slot)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal, NamedTuple
 
 import jax
@@ -178,6 +178,11 @@ class Engine:
             # parameters would make the first call after an update compile everything again.
             params = jax.tree.map(lambda x: jax.device_put(x, x.sharding), params)
         self.params = params
+        # Asynchronous RL: the policy version of ``params`` (updates applied to them), stamped on
+        # every decoded token by the driver; ``before_decode`` (if set) runs before each decode
+        # call of a driver run on the engine's own parameters (partial rollouts switch there).
+        self.params_version = 0
+        self.before_decode: Callable[[], None] | None = None
         self.traces: Counter[str] = Counter()  # how often each function was traced (compiled)
         self._default_key = jax.random.key(0)  # made once: a key per call is an eager dispatch
         self._prefill = jax.jit(self._prefill_impl, static_argnames=("sampling",))

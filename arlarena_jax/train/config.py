@@ -193,6 +193,12 @@ class TrainerConfig:
     # lp_old = the sampler's behaviour log-probs instead of a trainer pass (Tunix's
     # use_rollout_logps). Off by default: the recomputed ones differ (actor/rollout_lp_abs_diff).
     use_rollout_log_probs: bool = False
+    # Asynchronous RL (docs/architecture.md, "Asynchronous RL"): the rollout an update consumes
+    # may come from parameters at most this many updates old; 0: the synchronous loop.
+    max_staleness: int = 0
+    # episodes in flight switch to newly published parameters between decode calls (needs
+    # max_staleness > 0); every token keeps its own version and behaviour log-prob
+    partial_rollouts: bool = False
 
 
 CRITIC_OPTIM = OptimConfig(lr=1e-5, warmup_ratio=0.0, schedule="constant")
@@ -299,6 +305,15 @@ def _check(problems: Iterator[tuple[str, str]], prefix: str) -> None:
     """Fail on the first ``(field, message)`` a section's own validator reports."""
     for field, message in problems:
         _fail(f"{prefix}.{field}", message)
+
+
+def _check_async(trainer: TrainerConfig) -> None:
+    """``trainer.max_staleness`` is an int >= 0; ``partial_rollouts`` needs it > 0."""
+    k = trainer.max_staleness
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        _fail("trainer.max_staleness", f"must be an integer >= 0, got {k!r}")
+    if trainer.partial_rollouts and k == 0:
+        _fail("trainer.partial_rollouts", "needs trainer.max_staleness > 0 (0: synchronous)")
 
 
 def _check_model(model: ModelConfig) -> None:
@@ -546,6 +561,13 @@ def validate(config: Config) -> Config:
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
     _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "eval_episodes", "save_every")
+    _check_async(trainer)
+    if trainer.partial_rollouts and env.device_rollout:
+        _fail(
+            "trainer.partial_rollouts",
+            "env.device_rollout plays a batch as one program: no "
+            "decode call to switch weights between",
+        )
     if trainer.mini_batch_size % trainer.micro_batch_size:
         _fail(
             "trainer.mini_batch_size",

@@ -8,7 +8,8 @@
    dynamic sampling, old and reference log-probs (when the objective reads them), advantages,
    mini-batch updates, ``update_params`` into the sampler; timing split, throughput, environment
    and actor metrics to TensorBoard; the stability monitor; evaluation every
-   ``trainer.eval_every`` steps;
+   ``trainer.eval_every`` steps; with ``trainer.max_staleness`` k > 0 the rollouts come from a
+   producer thread, at most k updates behind (``arlarena_jax.train.producer``);
 3. orbax checkpoints every ``trainer.save_every`` steps; a run started again in the same
    directory resumes from the newest checkpoint and continues as the uninterrupted run would
    (parameters, optimizer and objective state, the task-seed RNG and the sampler's call counter

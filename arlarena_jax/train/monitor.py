@@ -15,9 +15,15 @@ The reference spec lists the detectors implemented here, each on the step's redu
 - ``entropy_collapse`` / ``entropy_blowup``: H_t < fraction · H_0 or H_t > factor · H_0, H_0 the
   first value of the first of ``actor/entropy`` (the policy's token entropy, as this trainer
   logs it), ``actor/new_log_prob_entropy`` or ``actor/entropy_loss`` (verl's names) present;
-- ``clipfrac_high`` (off by default): ``actor/pg_clipfrac`` > bound.
+- ``clipfrac_high`` (off by default): ``actor/pg_clipfrac`` > bound;
+- ``sampler_kl_growth`` (a *warning*): the sampler-trainer disagreement ``actor/sampler_trainer_kl``
+  (k3 estimate of KL(π_sampler ‖ π_trainer), logged when lp_old is recomputed) above
+  ``sampler_kl_growth_factor`` × its baseline (the median of its first ``min_history`` values)
+  and above ``sampler_kl_floor``: off-policy drift growing, as an unclipped IS loss at staleness
+  3 shows (tinker-cookbook#822, about 30×).
 
-A step with an event is bad. After ``rollback_after`` bad steps in a row the monitor recommends a
+A step with an event other than a warning is bad (warnings are logged and counted only).
+After ``rollback_after`` bad steps in a row the monitor recommends a
 rollback (``should_rollback``, if enabled) to ``last_good_step``: the newest checkpoint the
 trainer marked (:meth:`StabilityMonitor.mark_checkpoint`) with no event since the one before.
 """
@@ -41,7 +47,9 @@ KINDS = (
     "entropy_collapse",
     "entropy_blowup",
     "clipfrac_high",
+    "sampler_kl_growth",
 )
+WARNINGS = frozenset({"sampler_kl_growth"})  # reported and counted, never make a step bad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +67,9 @@ class MonitorSettings:
     entropy_collapse_fraction: float | None = 0.2  # of the first value
     entropy_blowup_factor: float | None = 3.0  # times the first value
     clipfrac_bound: float | None = None
+    # warning: sampler-trainer KL above factor x its baseline and above the floor
+    sampler_kl_growth_factor: float | None = 10.0
+    sampler_kl_floor: float = 1e-3
     rollback: bool = False  # recommend rollbacks at all
     rollback_after: int = 3  # K bad steps in a row
     grad_norm_key: str = "actor/grad_norm"
@@ -71,6 +82,7 @@ class MonitorSettings:
         "actor/entropy_loss",
     )
     clipfrac_key: str = "actor/pg_clipfrac"
+    sampler_kl_key: str = "actor/sampler_trainer_kl"
     finite_keys: tuple[str, ...] = (
         "actor/pg_loss",
         "actor/kl_loss",
@@ -87,7 +99,7 @@ def invalid_monitor(s: MonitorSettings) -> Iterator[tuple[str, str]]:
     for name in ("window", "min_history", "rollback_after"):
         if not getattr(s, name) >= 1:
             yield name, f"must be >= 1, got {getattr(s, name)!r}"
-    for name in ("grad_norm_spike_factor", "entropy_blowup_factor"):
+    for name in ("grad_norm_spike_factor", "entropy_blowup_factor", "sampler_kl_growth_factor"):
         value = getattr(s, name)
         if value is not None and not value > 1:
             yield name, f"must be > 1 or null, got {value!r}"
@@ -95,6 +107,8 @@ def invalid_monitor(s: MonitorSettings) -> Iterator[tuple[str, str]]:
         value = getattr(s, name)
         if value is not None and not value > 0:
             yield name, f"must be > 0 or null, got {value!r}"
+    if not s.sampler_kl_floor >= 0:
+        yield "sampler_kl_floor", f"must be >= 0, got {s.sampler_kl_floor!r}"
     fraction = s.entropy_collapse_fraction
     if fraction is not None and not 0 < fraction < 1:
         yield "entropy_collapse_fraction", f"must lie in (0, 1) or null, got {fraction!r}"
@@ -144,6 +158,7 @@ class StabilityMonitor:
         self._grad_norms: deque[tuple[int, float]] = deque(maxlen=self.settings.window)
         self._formats: list[tuple[int, float]] = []
         self._entropy_start: dict[str, float] = {}
+        self._sampler_kls: list[float] = []  # the first min_history values: the baseline
 
     @property
     def should_rollback(self) -> bool:
@@ -170,11 +185,12 @@ class StabilityMonitor:
                 self._format_drop,
                 self._drift,
                 self._entropy,
+                self._sampler_kl_growth,
             ):
                 detector(step, m, fire)
         for event in events:
             self.counts[event.kind] += 1
-        self.healthy = not events
+        self.healthy = not [e for e in events if e.kind not in WARNINGS]
         self.consecutive_bad = 0 if self.healthy else self.consecutive_bad + 1
         self.clean_since_mark = self.clean_since_mark and self.healthy
         return events
@@ -251,6 +267,25 @@ class StabilityMonitor:
             fire("entropy_collapse", h, low, f"{key} {_g(h)} < {_g(low)} (initial {_g(h0)})")
         elif high is not None and h > high:
             fire("entropy_blowup", h, high, f"{key} {_g(h)} > {_g(high)} (initial {_g(h0)})")
+
+    def _sampler_kl_growth(self, step: int, m: dict[str, float], fire: Fire) -> None:
+        """KL_t > factor · baseline and KL_t > floor, the baseline the median of the first
+        ``min_history`` values (a warning)."""
+        s = self.settings
+        kl = m.get(s.sampler_kl_key)
+        if kl is None or not math.isfinite(kl) or s.sampler_kl_growth_factor is None:
+            return
+        if len(self._sampler_kls) < s.min_history:
+            self._sampler_kls.append(kl)
+            return
+        base = float(np.median(self._sampler_kls))
+        limit = max(s.sampler_kl_growth_factor * base, s.sampler_kl_floor)
+        if kl > limit:
+            detail = (
+                f"{s.sampler_kl_key} {_g(kl)} > max({_g(s.sampler_kl_growth_factor)} × baseline "
+                f"{_g(base)}, floor {_g(s.sampler_kl_floor)}) (warning)"
+            )
+            fire("sampler_kl_growth", kl, limit, detail)
 
     def mark_checkpoint(self, step: int) -> bool:
         """Call when a checkpoint of ``step`` is saved: it is good if no event fired since the

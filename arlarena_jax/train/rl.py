@@ -149,6 +149,17 @@ def _token_stats(name: str, values: jax.Array, mask: jax.Array) -> dict[str, flo
     }
 
 
+def sampler_trainer_kl(trainer_lp, sampler_lp, mask) -> dict[str, float]:
+    """``actor/sampler_trainer_kl``: the k3 estimate of KL(π_sampler ‖ π_trainer) over the
+    response tokens (sampled by the sampler): mean of r − 1 − log r, r = π_trainer / π_sampler
+    (docs/algorithms.md). Non-negative per token; 0 when the two agree."""
+    valid = np.asarray(mask) > 0
+    if not valid.any():
+        return {}
+    log_r = (np.asarray(trainer_lp, np.float64) - np.asarray(sampler_lp, np.float64))[valid]
+    return {"actor/sampler_trainer_kl": float(np.mean(np.expm1(log_r) - log_r))}
+
+
 def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
     """(sequences, batch, prompt width) with the rollout packed to the smallest power-of-two
     widths that hold its longest prompt and response."""
@@ -189,6 +200,7 @@ def _with_log_probs(
             batch = batch._replace(old_log_probs=old_lp * mask)
             if sampler_lp is not None:
                 metrics = _token_stats("actor/rollout_lp_abs_diff", abs(old_lp - sampler_lp), mask)
+                metrics |= sampler_trainer_kl(old_lp, sampler_lp, mask)
         if Input.OLD_ENTROPY in needs:
             batch = batch._replace(old_entropy=old_entropy * mask)
     if Input.REF_LOG_PROBS in needs:

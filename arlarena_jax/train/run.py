@@ -95,6 +95,7 @@ from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
+from arlarena_jax.train.producer import Producer, staleness_metrics
 from arlarena_jax.train.rl import UpdateSetup, cached, collect_batch, update_policy
 from arlarena_jax.train.run_lock import hold_run_dir
 from arlarena_jax.train.sft import CloneState, SFTJob, prepare_sft
@@ -333,6 +334,9 @@ class Run:
         self._cloning_loss = math.nan  # of the last cloning step
         self._closing.callback(self._close_cloning)
         self._timer = Timer()
+        self._producer: Producer | None = None  # asynchronous RL's rollout thread, while it runs
+        self._consumed_calls = 0  # the policy's call counter after the last consumed batch
+        self._producing_step = 0  # the step whose batch the producer plays (for tests)
         self._progress = ConsoleProgress(config.trainer.total_steps) if self.console else None
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -599,7 +603,12 @@ class Run:
             )
 
     def evaluate(self, step: int | None = None) -> dict[str, float]:
-        """Held-out success of the current parameters (``val/…``); written at ``step`` if given."""
+        """Held-out success of the current parameters (``val/…``); written at ``step`` if given.
+        Under asynchronous RL the producer is paused meanwhile (the engine is shared)."""
+        with self._producer.paused() if self._producer else contextlib.nullcontext():
+            return self._evaluate(step)
+
+    def _evaluate(self, step: int | None) -> dict[str, float]:
         c = self.config
         self.engine.update_params(sampler_params(self.train_state().params, self.config.model.lora))
         metrics, _ = evaluate(
@@ -626,16 +635,21 @@ class Run:
         t, state = self.config.trainer, self.train_state()
         self.host.step += 1
         step = self.host.step
-        metrics = self._rollout_and_update(step)
+        if self.asynchronous:
+            metrics = self._async_rollout_and_update(step)
+        else:
+            metrics = self._rollout_and_update(step)
         new_events = self.monitor.observe(step, metrics)
         self.events += len(new_events)
         self.skipped += int(metrics.get("actor/skipped_steps", 0))
         if self.monitor.should_rollback:
+            self.stop_producer()  # its batches came from discarded parameters
             metrics |= roll_back(
                 self.checkpointer, self.monitor, state, self.engine, step, self.config.model.lora
             )
         metrics |= self.monitor.metrics()
-        self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, self.policy.calls
+        calls = self._consumed_calls if self.asynchronous else self.policy.calls
+        self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, calls
         try:  # the step is complete: a stop during its evaluation saves it
             if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
                 metrics |= self.evaluate()  # written with the step's metrics
@@ -699,6 +713,136 @@ class Run:
         )
         return metrics
 
+    # -- asynchronous RL (trainer.max_staleness > 0; docs/architecture.md) -------------------------
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether RL steps take their batches from the producer thread."""
+        return self.config.trainer.max_staleness > 0
+
+    def _async_rollout_and_update(self, step: int) -> dict[str, float]:
+        """Take step ``step``'s batch from the producer, update, publish the new parameters
+        (an on-device copy) as version ``step``; the step's metrics."""
+        timer = self._timer
+        timer.reset()
+        producer = self._start_producer(step)
+        with timer("wait"):
+            produced, waited = producer.take(step)
+        batch = produced.value
+        self.rng.bit_generator.state, self._consumed_calls = batch.rng, batch.calls
+        with timer("update"):
+            metrics = self._update(batch.rollout)
+        with timer("sync"):
+            producer.publish(self._sampler_copy(), step)
+        seconds = dict(batch.seconds)
+        seconds["rollout/policy"] = seconds["rollout"] - seconds.get("rollout/env", 0.0)
+        metrics |= rollout_metrics(batch.last, episode_metrics=self.task_format.episode_metrics)
+        metrics |= timer.metrics() | {f"timing/{k}": v for k, v in seconds.items()}
+        metrics |= staleness_metrics(batch.rollout.rows, step, produced.version)
+        metrics["async/trainer_wait_s"] = waited
+        metrics["async/producer_wait_s"] = produced.wait_s
+        metrics["batch/gen_tries"] = float(batch.tries)
+        metrics["perf/response_tokens_per_s"] = metrics["batch/response_tokens"] / max(
+            seconds["rollout"], 1e-9
+        )
+        return metrics
+
+    def _update(self, rollout) -> dict[str, float]:
+        """The policy update on ``rollout`` (the state updated in place); its metrics."""
+        c, state = self.config, self.train_state()
+        params, opt_state, objective_state, critic, metrics = update_policy(
+            self.update_setup(),
+            state.params,
+            state.opt_state,
+            state.objective_state,
+            rollout,
+            mini_batch_size=c.trainer.mini_batch_size,
+            ref_params=state.ref_params,
+            critic=state.critic,
+            timer=self._timer,
+        )
+        state.params, state.opt_state, state.objective_state = params, opt_state, objective_state
+        state.critic = critic
+        metrics["actor/lr"] = float(current_learning_rate(state.opt_state))
+        return metrics
+
+    def _sampler_copy(self):
+        """The sampler's parameters as an on-device copy: the update donates ``state.params``,
+        the producer's engine must never hold those buffers."""
+        params = sampler_params(self.train_state().params, self.config.model.lora)
+        return jax.block_until_ready(jax.tree.map(jnp.copy, params))
+
+    def _start_producer(self, step: int) -> Producer:
+        """The producer (started at ``step`` from the task RNG and the policy's call counter
+        of the last consumed batch, if not running); stopped with the run."""
+        if self._producer is not None:
+            return self._producer
+        c = self.config
+        envs = TimedEnvBatch(self.envs("train").envs, Timer())  # opened here, closed after it
+        collector, policy = self.collector, self.policy
+        policy.calls = self._consumed_calls = self.host.policy_calls
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self.rng.bit_generator.state
+
+        def produce(at: int, params: Any, version: int) -> _Batch:
+            return self._produce(envs, rng, collector, at, params, version)
+
+        self._producer = Producer(
+            produce,
+            max_staleness=c.trainer.max_staleness,
+            first_step=step,
+            last_step=c.trainer.total_steps,
+            params=self._sampler_copy(),
+            version=step - 1,
+        )
+        self._closing.callback(self.stop_producer)  # before the environments close
+        return self._producer
+
+    def _produce(self, envs, rng, collector, step: int, params: Any, version: int) -> _Batch:
+        """The producer thread: play step ``step``'s batch on ``params`` of ``version``."""
+        c, engine, timer = self.config, self.engine, envs.timer
+        engine.update_params(params)
+        engine.params_version, self._producing_step = version, step
+        timer.reset()
+        if c.trainer.partial_rollouts:
+            engine.before_decode = self._switch_to_newest
+        try:
+            with timer("rollout"):
+                rollout, last, tries = collect_batch(
+                    envs,
+                    self.task_format,
+                    self.policy,
+                    self.objective,
+                    group_seeds=lambda _: rng.integers(0, 2**30, c.env.train_batch_size),
+                    group_size=c.env.group_size,
+                    max_turns=c.env.max_turns,
+                    history_length=c.env.history_length,
+                    rows=self.rows,
+                    global_step=step,
+                    collector=collector,
+                )
+        finally:
+            engine.before_decode = None
+        state = rng.bit_generator.state
+        return _Batch(rollout, last, tries, state, self.policy.calls, dict(timer.seconds))
+
+    def _switch_to_newest(self) -> None:
+        """Partial rollouts' safe point (before a decode call): take newer parameters."""
+        if self._producer is None:
+            return
+        params, version = self._producer.newest()
+        if version > self.engine.params_version:
+            self.engine.update_params(params)
+            self.engine.params_version = version
+
+    def stop_producer(self) -> None:
+        """Stop and join the producer (its queued batches dropped); the next async step starts
+        a new one from the last consumed batch's task RNG and call counter."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.stop()
+            self.policy.calls = self._consumed_calls
+
     def update_setup(self) -> UpdateSetup:
         """The jitted update pieces (built once; one compile per packed prompt width)."""
         if self._setup is None:
@@ -733,6 +877,7 @@ class Run:
         stop during the export stops the run: the next start exports again (the final
         evaluation it reads from the record)."""
         t = self.config.trainer
+        self.stop_producer()
         if self.host.step == 0 and 0 not in self.checkpointer.all_steps():
             self.save(force=True)  # cloning only: keep the cloned policy
         self.checkpointer.wait()
@@ -871,12 +1016,26 @@ class Run:
     def stopped(self, stop: Stopped) -> Summary:
         """After :class:`Stopped`: save the RL state if there is one (cloned or trained) that no
         checkpoint holds, wait for every save, and return the summary saying where it stopped."""
+        self.stop_producer()
         if (
             self.host.step > 0 or self._cloned
         ) and self.host.step not in self.checkpointer.all_steps():
             self.save(force=True)
         self.checkpointer.wait()
         return self._summary({}, stopped=str(stop))
+
+
+@dataclasses.dataclass
+class _Batch:
+    """What the producer plays for one step: the kept groups, the last try, the tries, and the
+    task RNG's state, the policy's call counter and the timing splits after it."""
+
+    rollout: Any
+    last: Any
+    tries: int
+    rng: dict
+    calls: int
+    seconds: dict[str, float]
 
 
 def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) -> UpdateSetup:

@@ -50,6 +50,8 @@ RL_ONLY = (
     "sft.save_every_s",  # how often cloning saves its state, not what it makes
     "sft.micro_batch_size",  # how cloning's gradient is summed (memory), not what it makes
     "trainer.use_rollout_log_probs",  # the RL update's lp_old
+    "trainer.max_staleness",  # asynchronous RL
+    "trainer.partial_rollouts",
 )
 START_STEP = 0  # the checkpoint step that holds a start's cloned policy
 
