@@ -55,9 +55,9 @@ TEXTWORLD = [
 ]
 ALFWORLD = [
     "env.max_turns=6",
-    "env.eval_batch_size=3",
+    "env.eval_batch_size=2",
     "sft.num_episodes=6",  # every game once: the short ones are won
-    "trainer.eval_episodes=3",
+    "trainer.eval_episodes=2",
     "sampler.max_new_tokens=24",
 ]
 WEBSHOP = [

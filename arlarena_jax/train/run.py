@@ -683,24 +683,7 @@ class Run:
                 collector=self.collector,
             )
         with timer("update"):
-            params, opt_state, objective_state, critic, metrics = update_policy(
-                self.update_setup(),
-                state.params,
-                state.opt_state,
-                state.objective_state,
-                rollout,
-                mini_batch_size=c.trainer.mini_batch_size,
-                ref_params=state.ref_params,
-                critic=state.critic,
-                timer=timer,
-            )
-            state.params, state.opt_state, state.objective_state = (
-                params,
-                opt_state,
-                objective_state,
-            )
-            state.critic = critic
-            metrics["actor/lr"] = float(current_learning_rate(state.opt_state))
+            metrics = self._update(rollout)
         with timer("sync"):
             self.engine.update_params(sampler_params(state.params, self.config.model.lora))
         seconds = timer.seconds  # the rollout's non-environment part: prompts, sampling
