@@ -4,7 +4,7 @@ model's own tokenizer and ChatML template, cloning on the expert's won episodes,
 the environment's pool (the projection of free text onto its actions, its reward) and a held-out
 evaluation.
 
-By default the model keeps its first 2 of 30 decoder layers (``model.num_layers``): the real
+By default the model keeps its first 1 of 30 decoder layers (``model.num_layers``): the real
 tokenizer, template and embeddings, compiled in seconds instead of minutes. What it generates is
 not SmolLM2's behaviour, so the checks are of the pipeline: the cloning data in the chat template,
 finite losses, rates in [0, 1]. ``ARLARENA_REAL_MODEL_E2E=1`` runs the full 30 layers (3.5-5
@@ -41,7 +41,7 @@ SMALL = [
     "trainer.save_every=0",
     "trainer.export_hf=false",
     "sampler.max_concurrent_decodes=4",
-    *([] if FULL_DEPTH else ["model.num_layers=2"]),
+    *([] if FULL_DEPTH else ["model.num_layers=1"]),
 ]
 TEXTWORLD = [
     "env.textworld.train_games=2",
