@@ -12,7 +12,7 @@
 # memory): run again with --retry-failed (the failed runs resume from their last save), at most
 # CAMPAIGN_RETRIES times (default 3) before going on to the next sweep.
 set -u
-ROUNDS=${CAMPAIGN_ROUNDS:-40}
+ROUNDS=${CAMPAIGN_ROUNDS:-1000}  # every yield to tests and every budget stop takes a round
 RETRIES=${CAMPAIGN_RETRIES:-3}
 YIELD_TO=${CAMPAIGN_YIELD_TO:-"-m pytest|\.ci/run"}
 say() { echo "[$(date -u +%FT%TZ)] $*"; }
