@@ -55,8 +55,7 @@ def success_metrics(
     """``success_rate`` and the environment's own per-episode keys (its task format's
     ``episode_metrics`` of the last active turn's info), each averaged over the episodes that
     report it; unprefixed."""
-    values = episode_values(trajectories, episode_metrics)
-    return {key: float(np.mean(v)) for key, v in values.items()}
+    return _means(episode_values(trajectories, episode_metrics))
 
 
 def standard_errors(
@@ -64,7 +63,14 @@ def standard_errors(
 ) -> dict[str, float]:
     """``<key>_se`` = std(x) / sqrt(n) (population std) of every :func:`success_metrics` key,
     over the episodes reporting it: sqrt(p(1 − p)/n) for a 0/1 success; unprefixed."""
-    values = episode_values(trajectories, episode_metrics)
+    return _errors(episode_values(trajectories, episode_metrics))
+
+
+def _means(values: Mapping[str, list[float]]) -> dict[str, float]:
+    return {key: float(np.mean(v)) for key, v in values.items()}
+
+
+def _errors(values: Mapping[str, list[float]]) -> dict[str, float]:
     return {f"{key}_se": float(np.std(v) / np.sqrt(len(v))) for key, v in values.items()}
 
 
@@ -84,7 +90,8 @@ def rollout_metrics(
     """All environment metrics of a rollout, prefixed ``episode/`` or ``val/``
     (docs/environments.md §1.7); ``episode_metrics``: the task format's extra per-episode keys."""
     prefix = "episode" if training else "val"
-    out = dict(success_metrics(rollout.trajectories, episode_metrics))
+    values = episode_values(rollout.trajectories, episode_metrics)  # once per episode
+    out = _means(values)
     rows = rollout.rows
     if rows:
         out["valid_action_ratio"] = float(np.mean([r.action_valid for r in rows]))
@@ -93,8 +100,7 @@ def rollout_metrics(
     out |= _stats("length", [float(t.length) for t in rollout.trajectories])
     metrics = {f"{prefix}/{key}": float(value) for key, value in out.items()}
     if not training:
-        errors = standard_errors(rollout.trajectories, episode_metrics)
-        metrics |= {f"val/{key}": value for key, value in errors.items()}
+        metrics |= {f"val/{key}": value for key, value in _errors(values).items()}
         metrics["val/episodes"] = float(len(rollout.trajectories))
     failed = float(sum(t.failed for t in rollout.trajectories))
     metrics["rollout/failed_episodes" if training else "val/failed_episodes"] = failed
