@@ -9,8 +9,9 @@
 # 2 cores even a nice-19 run slows a suite, and its memory can get the suite killed.
 # A sweep's exit status: 0 done, 2 a bad sweep file (the campaign stops), 75 stopped (a run past
 # its budget.minutes_per_run, or a signal): run again; 1 some run failed (e.g. killed for
-# memory): run again with --retry-failed (the failed runs resume from their last save), at most
-# CAMPAIGN_RETRIES times (default 3) before going on to the next sweep.
+# memory): every round passes --retry-failed (the failed runs resume from their last save, also
+# those failed before this campaign started), and a sweep that exits 1 more than CAMPAIGN_RETRIES
+# times (default 3) is left for the next sweep.
 set -u
 ROUNDS=${CAMPAIGN_ROUNDS:-1000}  # every yield to tests and every budget stop takes a round
 RETRIES=${CAMPAIGN_RETRIES:-3}
@@ -30,10 +31,8 @@ for sweep in "$@"; do
   failed=0
   for ((round = 1; round <= ROUNDS; round++)); do
     while tests_running; do sleep 30; done
-    retry=()
-    [ "$failed" -gt 0 ] && retry=(--retry-failed)
-    say "$sweep: round $round ${retry[*]}"
-    nice -n 19 python -m arlarena_jax sweep "$sweep" --workers 1 "${retry[@]}"
+    say "$sweep: round $round (failed so far: $failed)"
+    nice -n 19 python -m arlarena_jax sweep "$sweep" --workers 1 --retry-failed
     rc=$?
     say "$sweep: exit $rc"
     case $rc in
