@@ -26,7 +26,7 @@ workers' and host Python's time hidden behind device compute, bounded by the cor
     python bench/async_rollout.py [--steps 3] [--ks 0 1 2] [--cases text sokoban]
                                   [--sokoban-groups 4] [--text-turns 4]
 
-The default (3 steps) takes minutes on 2 idle cores; the README's table is ``--steps 4`` on
+The default (3 steps) takes minutes on 2 idle cores; docs/benchmarks.md's table is ``--steps 4`` on
 loaded ones (20 min).
 """
 

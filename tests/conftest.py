@@ -1,5 +1,5 @@
 """Test session setup: 8 simulated CPU devices for the multi-device tests, one compilation cache
-for the whole session, and what pytest-xdist's workers share (README, Development).
+for the whole session, and what pytest-xdist's workers share (docs/development.md).
 
 XLA reads the flag when JAX initialises its backend, so it is set before any test imports JAX.
 """
@@ -13,10 +13,10 @@ from contextlib import contextmanager
 import pytest
 
 # The suite's programs are tiny: compiling them costs more than running them. XLA's CPU backend at
-# optimisation level 0 compiles them about a third faster (measured, README "Keeping the suite
-# fast"); the computations are the same, so every test still checks the same numbers (the
-# project's runs keep XLA's default). Child processes a test starts inherit these flags unless
-# the test sets its own.
+# optimisation level 0 compiles them about a third faster (measured, docs/development.md,
+# "Keeping the suite fast"); the computations are the same, so every test still checks the same
+# numbers (the project's runs keep XLA's default). Child processes a test starts inherit these
+# flags unless the test sets its own.
 TEST_XLA_FLAGS = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
 os.environ.setdefault("XLA_FLAGS", TEST_XLA_FLAGS)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -3,9 +3,10 @@
 The official valid_seen holds 140 solvable games out of the 187 candidates the generator's filters
 keep (docs/environments.md §4.2). "The expert solves at least 95 % of valid_seen" therefore means it
 must solve at least 0.95 × 140 = 133 of the 187 candidates, a fraction of 133 / 187 = 0.711. The
-whole split takes minutes to build (README: the measured count), so the suite checks every 8th
-candidate (24 games, all six task types) against that fraction. That the stored walkthroughs win in
-the environment the agent plays (not the expert's wrapper) is checked in test_alfworld_env.py.
+whole split takes minutes to build (docs/environments.md §11: the measured count), so the suite
+checks every 8th candidate (24 games, all six task types) against that fraction. That the stored
+walkthroughs win in the environment the agent plays (not the expert's wrapper) is checked in
+test_alfworld_env.py.
 """
 
 from __future__ import annotations
