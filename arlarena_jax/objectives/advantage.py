@@ -160,7 +160,7 @@ def normalized_row_entropy(old_entropy: Array, response_mask: Array, row_mask: A
 def grpo(norm_by_std: bool = True) -> AdvantageEstimator:
     r"""GRPO of the agent recipes (docs/algorithms.md §3.1): pooled turn rows per uid.
 
-    $$A_i = \frac{s_i - \mu_g}{\sigma_g + 10^{-6}}\quad(\texttt{norm\_by\_std})
+    $$A_i = \frac{s_i - \mu_g}{\sigma_g + 10^{-6}}\quad(\texttt{norm_by_std})
     \qquad\text{or}\qquad A_i = s_i - \mu_g,$$
 
     $\sigma_g$ with ddof = 1; a singleton group uses $\mu = 0$, $\sigma = 1$. Returns = advantages.
