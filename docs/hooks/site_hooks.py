@@ -21,9 +21,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
 MATHJAX_DIR = "mathjax"  # where the site serves MathJax (mkdocs.yml's extra_javascript)
-# The parts of MathJax's es5 build that the site loads: the combined TeX + CHTML component, its
-# fonts, and the TeX extensions that it autoloads on demand.
-MATHJAX_PARTS = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions")
+# The parts of MathJax's es5 build that the site loads: the combined TeX + SVG component and the
+# TeX extensions that it autoloads on demand. SVG output draws its glyphs as paths: it needs no web
+# fonts, which browsers refuse to load from file:// pages.
+MATHJAX_PARTS = ("tex-svg.js", "input/tex/extensions")
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 # An inline code span, or an inline link / image [text](target "title"); text may hold one level

@@ -8,6 +8,7 @@ window.MathJax = {
     processEscapes: true,
     processEnvironments: true,
   },
+  svg: { fontCache: "global" },
   options: {
     ignoreHtmlClass: ".*|",
     processHtmlClass: "arithmatex",
