@@ -158,10 +158,12 @@ def normalized_row_entropy(old_entropy: Array, response_mask: Array, row_mask: A
 
 
 def grpo(norm_by_std: bool = True) -> AdvantageEstimator:
-    """GRPO of the agent recipes (docs/algorithms.md §3.1): pooled turn rows per uid.
+    r"""GRPO of the agent recipes (docs/algorithms.md §3.1): pooled turn rows per uid.
 
-    A_i = (s_i − μ_g)/(σ_g + 1e-6) (``norm_by_std``) or s_i − μ_g; σ with ddof = 1; a singleton
-    group uses μ = 0, σ = 1. Returns = advantages.
+    $$A_i = \frac{s_i - \mu_g}{\sigma_g + 10^{-6}}\quad(\texttt{norm_by_std})
+    \qquad\text{or}\qquad A_i = s_i - \mu_g,$$
+
+    $\sigma_g$ with ddof = 1; a singleton group uses $\mu = 0$, $\sigma = 1$. Returns = advantages.
     """
 
     def fn(batch: TurnBatch) -> tuple[Array, Array]:
@@ -216,8 +218,8 @@ def drgrpo() -> AdvantageEstimator:
 
 
 def rloo() -> AdvantageEstimator:
-    """RLOO (docs/algorithms.md §3.4): A_i = n/(n−1)·(s_i − μ_g) with n = |pool_g| > 1;
-    A_i = s_i if n = 1.
+    r"""RLOO (docs/algorithms.md §3.4): $A_i = \frac{n}{n-1}(s_i - \mu_g)$ with
+    $n = |\mathrm{pool}_g| > 1$; $A_i = s_i$ if $n = 1$.
 
     Pool as in §3.1 (turn rows of uid g). Returns = advantages.
     """

@@ -22,7 +22,7 @@ KLEstimator = Callable[[Array, Array], Array]
 
 
 def k1(logp: Array, ref: Array) -> Array:
-    """k1 = logp − ref (unbiased, can be negative)."""
+    r"""$k_1 = \mathrm{logp} - \mathrm{ref}$ (unbiased, can be negative)."""
     return logp - ref
 
 
@@ -32,12 +32,13 @@ def absolute(logp: Array, ref: Array) -> Array:
 
 
 def k2(logp: Array, ref: Array) -> Array:
-    """k2 = ½(logp − ref)²."""
+    r"""$k_2 = \tfrac12(\mathrm{logp} - \mathrm{ref})^2$."""
     return 0.5 * jnp.square(logp - ref)
 
 
 def k3(logp: Array, ref: Array) -> Array:
-    """k3 = clip(e^κ − κ − 1, −10, 10), κ = clip(ref − logp, −20, 20) (low-variance KL)."""
+    r"""$k_3 = \mathrm{clip}(e^\kappa - \kappa - 1, -10, 10)$,
+    $\kappa = \mathrm{clip}(\mathrm{ref} - \mathrm{logp}, -20, 20)$ (low-variance KL)."""
     kappa = jnp.clip(ref - logp, -20.0, 20.0)
     return jnp.clip(jnp.exp(kappa) - kappa - 1.0, -10.0, 10.0)
 

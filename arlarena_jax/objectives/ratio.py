@@ -81,10 +81,13 @@ def vanilla(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
 ) -> PolicyLoss:
-    """PPO token clip with dual clip (docs/algorithms.md §4.1).
+    r"""PPO token clip with dual clip (docs/algorithms.md §4.1).
 
-    L = max(−A·r, −A·clip(r, 1−εl, 1+εh)); where A < 0, L ← min(L, −A·c).
-    ∂L/∂lp = −A·r on active tokens (A > 0 ∧ r ≤ 1+εh, or A < 0 ∧ 1−εl ≤ r ≤ c), else 0.
+    $$L = \max\big(-A\,r,\ -A\,\mathrm{clip}(r, 1-\varepsilon_l, 1+\varepsilon_h)\big),
+    \qquad L \leftarrow \min(L, -A\,c) \text{ where } A < 0,$$
+
+    with $r = e^{\delta_c}$. $\partial L/\partial lp = -A\,r$ on active tokens
+    ($A > 0 \wedge r \le 1+\varepsilon_h$, or $A < 0 \wedge 1-\varepsilon_l \le r \le c$), else 0.
     Metrics: pg_clipfrac = mean[L2 > L1], pg_clipfrac_lower = mean[Lc > L3 ∧ A < 0],
     ppo_kl = mean(−δ_c).
     """
@@ -173,15 +176,19 @@ def _gspo_token_fn(clip_low: float, clip_high: float):
 
 
 def gspo(clip_low: float = 3e-4, clip_high: float = 4e-4) -> PolicyLoss:
-    """GSPO with a per-turn geometric-mean ratio and the sequence's advantage
+    r"""GSPO with a per-turn geometric-mean ratio and the sequence's advantage
     (docs/algorithms.md §4.3).
 
-    s_i = exp(min(δ̄_i, 10)), δ̄_i = Σ_t m·δ / max(|y_i|, 1) (no ±20 clamp), and the row loss
-    L_i = max(−Ā_i·s_i, −Ā_i·clip(s_i, 1−εl, 1+εh)) (no dual clip, Ā_i the row-mean advantage)
-    sits on every token of row i. Its gradient equals verl's stop-gradient form
-    log s[i,t] = lp − sg(lp) + sg(δ̄_i) under every aggregation, at one exp per row. With
-    seq-mean-token-mean an unclipped row contributes −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|:
-    GSPO's sequence gradient. verl's ``gspo`` loss
+    $$s_i = \exp\big(\min(\bar\delta_i, 10)\big),\qquad
+    \bar\delta_i = \frac{\sum_t m_{i,t}\,\delta_{i,t}}{\max(|y_i|, 1)}\quad\text{(no ±20 clamp)},$$
+
+    $$L_i = \max\big(-\bar A_i\,s_i,\
+    -\bar A_i\,\mathrm{clip}(s_i, 1-\varepsilon_l, 1+\varepsilon_h)\big)$$
+
+    (no dual clip, $\bar A_i$ the row-mean advantage) sits on every token of row i. Its gradient
+    equals verl's stop-gradient form log s[i,t] = lp − sg(lp) + sg(δ̄_i) under every
+    aggregation, at one exp per row. With seq-mean-token-mean an unclipped row contributes
+    −Ā_i·s_i·(1/|y_i|)·Σ_t ∇lp[i,t] / |V|: GSPO's sequence gradient. verl's ``gspo`` loss
     equals this whenever the advantage is constant along the row (every outcome estimator).
     Defaults are the GSPO paper's; the ARLArena presets pass their own (docs/algorithms.md §8).
     """
