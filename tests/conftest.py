@@ -1,5 +1,5 @@
 """Test session setup: 8 simulated CPU devices for the multi-device tests, one compilation cache
-for the whole session, and what pytest-xdist's workers share (docs/development.md).
+kept across sessions, and what pytest-xdist's workers share (docs/development.md).
 
 XLA reads the flag when JAX initialises its backend, so it is set before any test imports JAX.
 """
@@ -7,7 +7,6 @@ XLA reads the flag when JAX initialises its backend, so it is set before any tes
 import fcntl
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 
 import pytest
@@ -21,31 +20,38 @@ TEST_XLA_FLAGS = "--xla_force_host_platform_device_count=8 --xla_backend_optimiz
 os.environ.setdefault("XLA_FLAGS", TEST_XLA_FLAGS)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Compile once per session: the command's persistent XLA cache (arlarena_jax/compile_cache.py) in
-# a folder of this session's own, made by the first process (pytest-xdist's controller) and
-# inherited through $ARLARENA_XLA_CACHE by its workers and by every `arlarena` process a test
-# starts, so a program that several tests, workers or runs build is compiled once. The folder goes
-# when the session ends. ARLARENA_XLA_CACHE=<folder> keeps the programs across sessions instead,
-# and ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give their child
+# Compile once: the command's persistent XLA cache (arlarena_jax/compile_cache.py) in a folder of
+# the tests' own, $XDG_CACHE_HOME/arlarena/xla-tests (~/.cache/...), inherited through
+# $ARLARENA_XLA_CACHE by pytest-xdist's workers and by every `arlarena` process a test starts, so
+# a program that several tests, workers, runs or earlier sessions build is compiled once. A
+# program's key covers its HLO, the JAX, jaxlib and XLA versions, the devices and the compile
+# options (the -O0 above included), so a cached program is only ever the same program; a second
+# suite on the same tree compiles a fraction of it (measured in docs/development.md). The folder
+# is kept under 1 GiB, least recently used entries evicted first (JAX's own
+# jax_compilation_cache_max_size). ARLARENA_XLA_CACHE=<folder> puts it elsewhere, and
+# ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give their child
 # processes folders of their own (tests/test_compile_cache.py).
-CACHE_OWNER = "ARLARENA_TEST_XLA_CACHE_OWNER"
-if "ARLARENA_XLA_CACHE" not in os.environ:
-    os.environ["ARLARENA_XLA_CACHE"] = tempfile.mkdtemp(prefix="arlarena-tests-xla-")
-    os.environ[CACHE_OWNER] = str(os.getpid())
+import jax  # noqa: E402 (after the flags)
 
-from arlarena_jax.compile_cache import enable_compilation_cache  # noqa: E402 (after the flags)
+from arlarena_jax.compile_cache import (  # noqa: E402
+    CACHE_ENV,
+    default_cache_dir,
+    enable_compilation_cache,
+)
 
+TEST_CACHE_MAX_BYTES = 1 << 30
+if CACHE_ENV not in os.environ:
+    os.environ[CACHE_ENV] = str(default_cache_dir(os.environ).with_name("xla-tests"))
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(TEST_CACHE_MAX_BYTES))
+    jax.config.update(
+        "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
+    )
 enable_compilation_cache()
 
 # Tests of an optional extra skip, with the reason, where it is not installed. CI installs every
 # extra and names them in $ARLARENA_REQUIRE_EXTRAS (comma-separated), so that an extra that
 # installed but does not import fails the run instead of skipping its tests.
 REQUIRE_EXTRAS = "ARLARENA_REQUIRE_EXTRAS"
-
-
-def pytest_unconfigure(config):
-    if os.environ.get(CACHE_OWNER) == str(os.getpid()):
-        shutil.rmtree(os.environ["ARLARENA_XLA_CACHE"], ignore_errors=True)
 
 
 def pytest_configure(config):
