@@ -171,6 +171,8 @@ def test_partial_rollouts_mix_versions_within_the_bound(tmp_path, monkeypatch):
             assert math.isfinite(row[key]), key
         assert 0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1
     assert history[1]["async/mixed_rows"] > 0  # version 0 then 1 within rows
+    for row in history:  # the default trust region of async runs: token TIS, cap 2
+        assert 0 < row["actor/tis_weight_mean"] <= 2.0
     assert 0 < history[1]["async/staleness_mean"] < 1
     assert "val/success_rate" in history[1]
     assert no_producer_thread()

@@ -386,6 +386,37 @@ def test_settings_are_config_keys():
     assert (config.algorithm.rollout_is, config.algorithm.rollout_rs) == ("sequence", "geometric")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "rollout_is", "component"),
+    [
+        ([], None, None),  # synchronous: the method's loss alone
+        (["trainer.max_staleness=1"], "token", "truncated_is"),  # async: TIS by default
+        (["trainer.max_staleness=2", "algorithm.rollout_is_threshold=3"], "token", "truncated_is"),
+        (
+            ["trainer.max_staleness=1", "algorithm.rollout_is=sequence"],
+            "sequence",
+            "sequence_truncated_is",
+        ),
+        (["trainer.max_staleness=1", "algorithm.rollout_is=disabled"], "disabled", None),
+        (["algorithm.rollout_is=disabled"], "disabled", None),
+    ],
+)
+def test_asynchronous_runs_default_to_truncated_is(overrides, rollout_is, component):
+    """trainer.max_staleness > 0 with algorithm.rollout_is left null weights the loss by token
+    TIS at rollout_is_threshold (docs/algorithms.md §4.13); a correction set explicitly, or
+    ``disabled``, stands; a synchronous run is unchanged."""
+    from arlarena_jax.train.config import method_settings
+
+    config = apply_overrides(load_config(TINY), overrides)
+    settings_ = method_settings(config)
+    assert settings_.rollout_is == rollout_is
+    names = _names(presets.PRESETS[presets.preset_key("grpo")].build(settings_))
+    corrections = {"truncated_is", "sequence_truncated_is"} & set(names)
+    assert corrections == ({component} if component else set())
+    threshold = 3.0 if "algorithm.rollout_is_threshold=3" in overrides else 2.0
+    assert settings_.rollout_is_threshold == threshold
+
+
 def test_the_update_step_applies_the_corrections():
     """Through the trainer's update step (tiny model, 4 rows, micro-batches of 2): Δ = 0.5 on
     every token of rows 0-1 puts their geometric ratio at e^0.5 > 1.001, so Geo-RS rejects half

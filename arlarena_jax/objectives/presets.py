@@ -37,7 +37,7 @@ AggMode = Literal[
 ]
 KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"]
 GiGPOMode = Literal["mean_norm", "mean_std_norm"]
-RolloutIS = Literal["token", "sequence"]
+RolloutIS = Literal["token", "sequence", "disabled"]  # "disabled": none, also async
 RolloutRS = Literal["sequence", "geometric"]
 # rollout_rs_threshold when null: verl's rollout_corr presets (Seq-MIS 2.0, Geo-RS 1.001).
 ROLLOUT_RS_THRESHOLD = {"sequence": 2.0, "geometric": 1.001}
@@ -79,7 +79,7 @@ class MethodSettings:
     kl_in_reward_coef: float = 1e-3  # β, or its start with a target (verl kl_ctrl.kl_coef)
     kl_in_reward_target: float | None = None  # adaptive β towards this KL; null: β fixed
     kl_in_reward_horizon: int = 10000  # the adaptive controller's horizon (rows)
-    rollout_is: RolloutIS | None = None  # sampler/trainer IS weight: TIS (token) or Seq-TIS
+    rollout_is: RolloutIS | None = None  # TIS (token), Seq-TIS, disabled; null: TIS if async
     rollout_is_threshold: float = 2.0  # its cap C: w = min(ratio, C)
     rollout_rs: RolloutRS | None = None  # row rejection: Seq-MIS (sequence) or Geo-RS (geometric)
     rollout_rs_threshold: float | None = None  # upper bound U (null: 2.0 sequence, 1.001 geo)
@@ -110,7 +110,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kl_in_reward_coef": (lambda v: v >= 0, ">= 0"),
     "kl_in_reward_target": (lambda v: v > 0, "> 0 (or null: a fixed coefficient)"),
     "kl_in_reward_horizon": (lambda v: v >= 1, ">= 1"),
-    "rollout_is": (lambda v: v in typing.get_args(RolloutIS), "token, sequence or null"),
+    "rollout_is": (lambda v: v in typing.get_args(RolloutIS), "token, sequence, disabled or null"),
     "rollout_is_threshold": (lambda v: v > 0, "> 0"),
     "rollout_rs": (lambda v: v in typing.get_args(RolloutRS), "sequence, geometric or null"),
     "rollout_rs_threshold": (lambda v: v > 1, "> 1 (or null: 2.0 sequence, 1.001 geometric)"),

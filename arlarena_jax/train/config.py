@@ -357,11 +357,23 @@ def environment_recipe(config: Config) -> dict[str, Any]:
     return dict(recipes.get(preset_key(config.algorithm.method), {}))
 
 
+ASYNC_ROLLOUT_IS = "token"  # asynchronous RL's default correction: TIS (decoupled PPO)
+
+
 def method_settings(config: Config) -> MethodSettings:
     """The run's resolved method settings: the preset's defaults < the environment's recipe for
-    the method < ``algorithm.*`` set in the config."""
+    the method < ``algorithm.*`` set in the config.
+
+    Asynchronous runs (``trainer.max_staleness`` > 0) default to a trust-region loss: where
+    ``algorithm.rollout_is`` is left null, the loss is weighted by token TIS,
+    ``min(exp(lp_old − lp_rollout), rollout_is_threshold)`` (docs/algorithms.md §4.13), so a
+    stale rollout's tokens count by how likely the update's reference policy finds them;
+    ``rollout_is: disabled`` keeps the method's loss alone."""
     overrides = {**environment_recipe(config), **explicit_knobs(config.algorithm)}
-    return settings(config.algorithm.method, **overrides)
+    resolved = settings(config.algorithm.method, **overrides)
+    if config.trainer.max_staleness > 0 and resolved.rollout_is is None:
+        resolved = dataclasses.replace(resolved, rollout_is=ASYNC_ROLLOUT_IS)
+    return resolved
 
 
 def _check_env_name(env: Any) -> None:
