@@ -189,6 +189,7 @@ def test_unknown_keys_and_wrong_types(tiny, override, message):
             "'sampler.train.temperature': must be finite and >= 0, got nan",
         ),
         ("trainer.total_steps=-1", "'trainer.total_steps': must be >= 0, got -1"),
+        ("trainer.eval_episodes=0", "'trainer.eval_episodes': must be >= 1, got 0"),
         ("sft.save_every_s=-1", "'sft.save_every_s': must be >= 0, got -1.0"),
         ("optim.betas=[0.9, 1.0]", "'optim.betas': each must lie in [0, 1)"),
         ("sft.optim.warmup_ratio=1", "'sft.optim.warmup_ratio': must lie in [0, 1)"),

@@ -570,9 +570,9 @@ def validate(config: Config) -> Config:
             "sft.micro_batch_size",
             f"must divide sft.batch_size {config.sft.batch_size} (or be null), got {micro}",
         )
-    _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints")
+    _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints", "eval_episodes")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
-    _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "eval_episodes", "save_every")
+    _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "save_every")
     _check_async(trainer)
     if trainer.partial_rollouts and env.device_rollout:
         _fail(
