@@ -74,6 +74,8 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
     assert summary.steps == 3 and len(summary.history) == 3
     assert summary.success_after_cloning is not None and summary.success_after_rl is not None
     assert "held-out success after RL" in summary_table(summary)
+    assert "held-out success after cloning" in summary_table(summary)
+    assert "held-out success before RL" in summary_table(summary, cloned=False)
     for row in summary.history:
         for key in ("actor/pg_loss", "actor/grad_norm", "episode/success_rate", "timing/rollout"):
             assert math.isfinite(row[key]), key

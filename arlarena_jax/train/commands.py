@@ -122,7 +122,7 @@ def _train_and_report(config: Config) -> int:
     if summary.already_complete:
         print(complete_line(summary), flush=True)
         return 0
-    print(summary_table(summary))
+    print(summary_table(summary, cloned=config.sft.enabled))
     return 0
 
 

@@ -76,8 +76,9 @@ def complete_line(summary: Summary) -> str:
     return f"arlarena: run {summary.run_dir} is complete (step {summary.steps}); nothing to do"
 
 
-def summary_table(summary: Summary) -> str:
-    """The end-of-run table (markdown)."""
+def summary_table(summary: Summary, cloned: bool = True) -> str:
+    """The end-of-run table (markdown). ``cloned``: the run cloned before RL (``sft.enabled``);
+    else its step-0 evaluation is labelled "before RL", since no cloning preceded it."""
 
     def pct(x: Any) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
@@ -87,7 +88,10 @@ def summary_table(summary: Summary) -> str:
         return "" if value is None else f" ± {100 * value:.1f}"
 
     rows = [
-        ("held-out success after cloning", pct(summary.success_after_cloning)),
+        (
+            f"held-out success {'after cloning' if cloned else 'before RL'}",
+            pct(summary.success_after_cloning),
+        ),
         ("held-out success after RL", pct(summary.success_after_rl) + se("val/success_rate_se")),
         ("RL steps", str(summary.steps)),
         ("stability events", str(summary.stability_events)),
