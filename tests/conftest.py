@@ -8,6 +8,7 @@ import fcntl
 import os
 import shutil
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -25,27 +26,23 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # $ARLARENA_XLA_CACHE by pytest-xdist's workers and by every `arlarena` process a test starts, so
 # a program that several tests, workers, runs or earlier sessions build is compiled once. A
 # program's key covers its HLO, the JAX, jaxlib and XLA versions, the devices and the compile
-# options (the -O0 above included), so a cached program is only ever the same program; a second
-# suite on the same tree compiles a fraction of it (measured in docs/development.md). The folder
-# is kept under 1 GiB, least recently used entries evicted first (JAX's own
-# jax_compilation_cache_max_size). ARLARENA_XLA_CACHE=<folder> puts it elsewhere, and
-# ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give their child
-# processes folders of their own (tests/test_compile_cache.py).
-import jax  # noqa: E402 (after the flags)
-
-from arlarena_jax.compile_cache import (  # noqa: E402
+# options (the -O0 above included), so a cached program is only ever the same program. The first
+# process of a session (pytest-xdist's controller, before any worker starts) keeps the folder
+# under 1 GiB, oldest-written programs deleted first (not JAX's jax_compilation_cache_max_size:
+# it re-reads the whole folder under a lock on every write). ARLARENA_XLA_CACHE=<folder> puts it
+# elsewhere, and ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give
+# their child processes folders of their own (tests/test_compile_cache.py).
+from arlarena_jax.compile_cache import (  # noqa: E402 (after the flags)
     CACHE_ENV,
     default_cache_dir,
     enable_compilation_cache,
+    prune_cache,
 )
 
 TEST_CACHE_MAX_BYTES = 1 << 30
 if CACHE_ENV not in os.environ:
     os.environ[CACHE_ENV] = str(default_cache_dir(os.environ).with_name("xla-tests"))
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(TEST_CACHE_MAX_BYTES))
-    jax.config.update(
-        "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
-    )
+    prune_cache(Path(os.environ[CACHE_ENV]), TEST_CACHE_MAX_BYTES)
 enable_compilation_cache()
 
 # Tests of an optional extra skip, with the reason, where it is not installed. CI installs every

@@ -19,6 +19,7 @@ from arlarena_jax.compile_cache import (
     JAX_MIN_TIME_ENV,
     cache_dir_from_env,
     enable_compilation_cache,
+    prune_cache,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,3 +117,16 @@ def test_a_threshold_of_ones_own_stands(tmp_path):
     assert result["min_seconds"] == 5
     stored = [p for p in (tmp_path / "xla").iterdir() if p.name.endswith("-cache")]
     assert stored == []  # the program compiled in well under 5 s
+
+
+def test_prune_deletes_the_oldest_written_files_down_to_half_the_limit(tmp_path):
+    """Ten files of 100 bytes written at t = 0..9: under a 1,000-byte limit nothing goes; under
+    900 the oldest go until at most 450 bytes are left (six files: t = 0..5), the newest stay."""
+    for t in range(10):
+        path = tmp_path / f"entry{t}-cache"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (t, t))
+    assert prune_cache(tmp_path, 1000) == 0
+    assert prune_cache(tmp_path, 900) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"entry{t}-cache" for t in range(6, 10)]
+    assert prune_cache(tmp_path / "missing", 10) == 0
