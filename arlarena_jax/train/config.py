@@ -367,7 +367,7 @@ def method_settings(config: Config) -> MethodSettings:
     Asynchronous runs (``trainer.max_staleness`` > 0) default to a trust-region loss: where
     ``algorithm.rollout_is`` is left null, the loss is weighted by token TIS,
     ``min(exp(lp_old − lp_rollout), rollout_is_threshold)`` (docs/algorithms.md §4.13), so a
-    stale rollout's tokens count by how likely the update's reference policy finds them;
+    stale rollout's tokens count by how likely the proximal policy (lp_old) finds them;
     ``rollout_is: disabled`` keeps the method's loss alone."""
     overrides = {**environment_recipe(config), **explicit_knobs(config.algorithm)}
     resolved = settings(config.algorithm.method, **overrides)
