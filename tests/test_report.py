@@ -497,3 +497,26 @@ def test_a_run_resumed_after_a_fallback_counts_each_step_once(tmp_path: Path):
     assert record["success_final"] == pytest.approx(60.0, abs=1e-4)  # 0.6 at step 10, in %
     assert record["success_best"] == pytest.approx(60.0, abs=1e-4)  # not the old branch's 0.9
     assert record["logged_events"] == ["kl drift at 3", "spike at 7 again"]
+
+
+def test_a_staleness_sweep_gets_its_kl_and_staleness_plots(tmp_path: Path):
+    """Issue 40's report: runs that log the sampler-trainer KL (every k) and the staleness (k > 0,
+    from the producer) get one plot each, with a line per group that logged the metric."""
+    runs = tmp_path / "runs"
+    sync = {"actor/sampler_trainer_kl": {s: 1e-13 for s in range(1, 5)}}
+    stale = {
+        "actor/sampler_trainer_kl": {s: 1e-3 for s in range(1, 5)},
+        "async/staleness_mean": {s: 1.0 for s in range(1, 5)},
+    }
+    grid = {"trainer": {"max_staleness": 0}}
+    make_run(runs, "grpo_k0_seed0", scalars=val(0.5) | sync, config=grid)
+    grid = {"trainer": {"max_staleness": 1}}
+    make_run(runs, "grpo_k1_seed0", scalars=val(0.6) | stale, config=grid)
+    report = build_report([runs], tmp_path / "out")
+    plotted = {p.metric.key: p.path for p in report.plots}
+    assert {"actor/sampler_trainer_kl", "async/staleness_mean"} <= set(plotted)
+    for path in (plotted["actor/sampler_trainer_kl"], plotted["async/staleness_mean"]):
+        assert path.read_bytes()[:8] == PNG_SIGNATURE and path.stat().st_size > 1000
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "](plots/sokoban-actor_sampler_trainer_kl.png)" in md
+    assert "](plots/sokoban-async_staleness_mean.png)" in md

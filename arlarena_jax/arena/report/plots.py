@@ -43,6 +43,12 @@ METRICS = (
     Metric(
         "episode/valid_response_format_ratio", "Valid-format ratio", "valid responses (%)", 100.0
     ),
+    Metric(
+        "actor/sampler_trainer_kl",
+        "Sampler-trainer KL",
+        "k3 estimate of KL(π_sampler ‖ π_trainer)",
+    ),
+    Metric("async/staleness_mean", "Staleness", "mean updates behind, per token"),
 )
 
 
