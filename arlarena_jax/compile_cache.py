@@ -21,6 +21,11 @@ than a hundred programs it compiles, and a second run was no faster (11.6 and 11
 many programs under 1 s make up most of its compile time. So the command stores every program
 (0 s), unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise. A folder that
 cannot be created leaves the cache off with one warning line: a cache must never stop a run.
+
+The folder is kept bounded: where it holds more than ``ARLARENA_XLA_CACHE_MAX_GB`` (default 4
+GiB; 0 keeps everything), the command deletes its oldest-written programs at start-up until it
+holds half of that (:func:`prune_cache`). A run that meanwhile misses a deleted program compiles
+it again (JAX reads a vanished entry as a miss, with a warning).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import jax
 CACHE_ENV = "ARLARENA_XLA_CACHE"
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 JAX_MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+MAX_GB_ENV = "ARLARENA_XLA_CACHE_MAX_GB"
+DEFAULT_MAX_GB = 4.0
 OFF = frozenset({"off", "0", "false", "none"})
 
 
@@ -72,10 +79,43 @@ def enable_compilation_cache(environ: Mapping[str, str] | None = None) -> Path |
             file=sys.stderr,
         )
         return None
+    keep_bounded(path, environ)
     jax.config.update("jax_compilation_cache_dir", str(path))
     if JAX_MIN_TIME_ENV not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return path
+
+
+def cache_limit_bytes(environ: Mapping[str, str]) -> int:
+    """The command's cache size limit in bytes from ``ARLARENA_XLA_CACHE_MAX_GB`` (a number of
+    GiB, default :data:`DEFAULT_MAX_GB`; 0: no limit). A value that is not a number >= 0 keeps
+    the default, with one warning line."""
+    value = environ.get(MAX_GB_ENV, "").strip()
+    try:
+        gib = float(value) if value else DEFAULT_MAX_GB
+        if not 0 <= gib < float("inf"):  # also rejects nan
+            raise ValueError
+    except ValueError:
+        print(
+            f"arlarena: warning: {MAX_GB_ENV}={value!r} is not a number of GiB >= 0;"
+            f" keeping the cache under {DEFAULT_MAX_GB:g} GiB",
+            file=sys.stderr,
+        )
+        gib = DEFAULT_MAX_GB
+    return int(gib * (1 << 30))
+
+
+def keep_bounded(folder: Path, environ: Mapping[str, str]) -> int:
+    """:func:`prune_cache` under :func:`cache_limit_bytes`; returns the files deleted. A file
+    that cannot be deleted leaves the folder as it is, with one warning line."""
+    max_bytes = cache_limit_bytes(environ)
+    if not max_bytes:
+        return 0
+    try:
+        return prune_cache(folder, max_bytes)
+    except OSError as error:  # the cache grows, the run goes on
+        print(f"arlarena: warning: cannot prune {folder}: {error}", file=sys.stderr)
+        return 0
 
 
 def prune_cache(folder: Path, max_bytes: int) -> int:

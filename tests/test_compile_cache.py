@@ -17,8 +17,11 @@ from arlarena_jax.compile_cache import (
     CACHE_ENV,
     JAX_CACHE_ENV,
     JAX_MIN_TIME_ENV,
+    MAX_GB_ENV,
     cache_dir_from_env,
+    cache_limit_bytes,
     enable_compilation_cache,
+    keep_bounded,
     prune_cache,
 )
 
@@ -130,3 +133,24 @@ def test_prune_deletes_the_oldest_written_files_down_to_half_the_limit(tmp_path)
     assert prune_cache(tmp_path, 900) == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"entry{t}-cache" for t in range(6, 10)]
     assert prune_cache(tmp_path / "missing", 10) == 0
+
+
+def test_the_command_keeps_its_folder_under_the_limit(tmp_path, capsys):
+    """ARLARENA_XLA_CACHE_MAX_GB bounds the folder at start-up: 1,100 bytes against a limit of
+    1e-6 GiB (1,073 bytes) prune the oldest files down to 536 bytes or less (500); 0 keeps everything; a bad
+    value keeps the default (4 GiB) with one warning line naming the variable. (Called directly:
+    enable_compilation_cache would repoint this process's own cache.)"""
+    folder = tmp_path / "xla"
+    folder.mkdir()
+    for t in range(11):
+        path = folder / f"entry{t}-cache"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (t, t))
+    assert keep_bounded(folder, {MAX_GB_ENV: "0"}) == 0
+    assert len(list(folder.iterdir())) == 11
+    assert cache_limit_bytes({}) == 4 << 30
+    assert cache_limit_bytes({MAX_GB_ENV: "lots"}) == 4 << 30
+    assert cache_limit_bytes({MAX_GB_ENV: "inf"}) == 4 << 30
+    assert capsys.readouterr().err.count(MAX_GB_ENV) == 2
+    assert keep_bounded(folder, {MAX_GB_ENV: "1e-6"}) == 6  # 1,073 bytes: down to 536
+    assert {p.name for p in folder.iterdir()} == {f"entry{t}-cache" for t in range(6, 11)}
