@@ -15,7 +15,7 @@ episodes to ``max_turns``), ``use_rollout_log_probs: false`` (lp_old recomputed,
 sampler-trainer KL is measured). Each case first runs ``--steps`` untimed synchronous steps that
 fill the compilation cache (packed widths differ per batch, and a later run must not be the one
 paying for them); each timed run's step 1 (the producer's start, any compile left) is excluded:
-seconds per step = (end of the last step − end of step 1) / (steps − 1).
+seconds per step = the median of the intervals between consecutive step ends after step 1.
 
 Idle time per step: *update idle* is the time the trainer waits for a batch (sync: the whole
 rollout; async: ``async/trainer_wait_s``); *rollout idle* is the time the rollout side waits
@@ -23,17 +23,21 @@ rollout; async: ``async/trainer_wait_s``); *rollout idle* is the time the rollou
 CPU the "device" is the same 2 cores for both sides: the overlap gained is the environment
 workers' and host Python's time hidden behind device compute, bounded by the cores.
 
-    python bench/async_rollout.py [--steps 3] [--ks 0 1 2] [--cases text sokoban]
+    python bench/async_rollout.py [--steps 8] [--ks 0 1 2] [--cases text sokoban]
                                   [--sokoban-groups 4] [--text-turns 4]
 
-The default (3 steps) takes minutes on 2 idle cores; docs/benchmarks.md's table is ``--steps 4`` on
-loaded ones (20 min).
+A mean over a short window is distorted: the producer starts the next batch during step 1, so
+the first timed steps draw on a head start, and a step that compiles a new packed width is an
+outlier. Seconds per step are therefore the *median* interval between step ends, and the splits
+and idle times medians over the steps (docs/benchmarks.md lists how far earlier mean-based runs
+moved). The default, 8 steps, takes about 12 minutes on 2 idle cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import os
 import platform
 import statistics
@@ -79,8 +83,9 @@ def case_overrides(case: str, args: argparse.Namespace) -> tuple[str, list[str]]
 
 
 def timed_run(path: str, overrides: list[str], k: int, steps: int, run_dir: str) -> dict:
-    """One run of ``steps`` RL steps at staleness ``k``: seconds per step (after step 1) and
-    the per-step idle times and splits (means over steps 2 …)."""
+    """One run of ``steps`` RL steps at staleness ``k``: seconds per step (the median interval
+    between step ends after step 1) and the per-step idle times and splits (medians over steps
+    2 …)."""
     extra = [f"trainer.max_staleness={k}", f"trainer.total_steps={steps}"]
     config = load_config(path, [*COMMON, *overrides, *extra, f"trainer.run_dir={run_dir}"])
     ends: list[float] = []
@@ -91,10 +96,12 @@ def timed_run(path: str, overrides: list[str], k: int, steps: int, run_dir: str)
             ends.append(time.perf_counter())
         run.stop_producer()
         history = run.history[1:]
-    per_step = (ends[-1] - ends[0]) / max(len(ends) - 1, 1)
+    per_step = (
+        statistics.median(b - a for a, b in itertools.pairwise(ends)) if len(ends) > 1 else 0.0
+    )
 
-    def mean(key: str, default: float = 0.0) -> float:
-        return statistics.fmean(row.get(key, default) for row in history) if history else 0.0
+    def mean(key: str, default: float = 0.0) -> float:  # the median: robust to the head start
+        return statistics.median(row.get(key, default) for row in history) if history else 0.0
 
     if k == 0:
         update_idle = mean("timing/rollout")
@@ -133,7 +140,7 @@ def report(case: str, results: dict[int, dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3, help="RL steps per run (step 1 untimed)")
+    parser.add_argument("--steps", type=int, default=8, help="RL steps per run (step 1 untimed)")
     parser.add_argument("--ks", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cases", nargs="+", default=["text", "sokoban"])
     parser.add_argument("--sokoban-groups", type=int, default=4, help="task groups of 8")
