@@ -100,23 +100,23 @@ def timed_run(path: str, overrides: list[str], k: int, steps: int, run_dir: str)
         statistics.median(b - a for a, b in itertools.pairwise(ends)) if len(ends) > 1 else 0.0
     )
 
-    def mean(key: str, default: float = 0.0) -> float:  # the median: robust to the head start
+    def median(key: str, default: float = 0.0) -> float:  # robust to the head start
         return statistics.median(row.get(key, default) for row in history) if history else 0.0
 
     if k == 0:
-        update_idle = mean("timing/rollout")
-        rollout_idle = mean("timing/update") + mean("timing/sync")
+        update_idle = median("timing/rollout")
+        rollout_idle = median("timing/update") + median("timing/sync")
     else:
-        update_idle, rollout_idle = mean("async/trainer_wait_s"), mean("async/producer_wait_s")
+        update_idle, rollout_idle = median("async/trainer_wait_s"), median("async/producer_wait_s")
     return {
         "s_per_step": per_step,
-        "rollout_s": mean("timing/rollout"),
-        "env_s": mean("timing/rollout/env"),
-        "update_s": mean("timing/update"),
+        "rollout_s": median("timing/rollout"),
+        "env_s": median("timing/rollout/env"),
+        "update_s": median("timing/update"),
         "update_idle_s": update_idle,
         "rollout_idle_s": rollout_idle,
-        "staleness": mean("async/staleness_mean"),
-        "kl": mean("actor/sampler_trainer_kl", float("nan")),
+        "staleness": median("async/staleness_mean"),
+        "kl": median("actor/sampler_trainer_kl", float("nan")),
     }
 
 

@@ -137,9 +137,10 @@ def test_prune_deletes_the_oldest_written_files_down_to_half_the_limit(tmp_path)
 
 def test_the_command_keeps_its_folder_under_the_limit(tmp_path, capsys):
     """ARLARENA_XLA_CACHE_MAX_GB bounds the folder at start-up: 1,100 bytes against a limit of
-    1e-6 GiB (1,073 bytes) prune the oldest files down to 536 bytes or less (500); 0 keeps everything; a bad
-    value keeps the default (4 GiB) with one warning line naming the variable. (Called directly:
-    enable_compilation_cache would repoint this process's own cache.)"""
+    1e-6 GiB (1,073 bytes) prune the oldest files down to 536 bytes or less (500); 0 keeps
+    everything; a bad value keeps the default (4 GiB) with one warning line naming the
+    variable. (Called directly: enable_compilation_cache would repoint this process's own
+    cache.)"""
     folder = tmp_path / "xla"
     folder.mkdir()
     for t in range(11):

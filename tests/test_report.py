@@ -501,7 +501,7 @@ def test_a_run_resumed_after_a_fallback_counts_each_step_once(tmp_path: Path):
 
 def test_a_staleness_sweep_gets_its_kl_and_staleness_plots(tmp_path: Path):
     """Issue 40's report: runs that log the sampler-trainer KL (every k) and the staleness (k > 0,
-    from the producer) get one plot each, with a line per group that logged the metric."""
+    from the producer) get one plot each, embedded in the report."""
     runs = tmp_path / "runs"
     sync = {"actor/sampler_trainer_kl": {s: 1e-13 for s in range(1, 5)}}
     stale = {
