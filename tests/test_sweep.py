@@ -125,6 +125,35 @@ def test_runs_that_differ_after_cloning_share_one_start(tmp_path):
         assert run.command()[-1] == f"sft.init_from={run.start.run_dir}"
 
 
+def test_jobs_follow_the_file_order_each_start_where_first_needed(tmp_path):
+    """The issue-39 layout (no cloning, clone + RL, more cloning): one worker runs the zero-shot
+    run, then the first start and its run (and the run's evaluation), and only then the second
+    start, rather than every start before any run."""
+    from arlarena_jax.arena.sweep import jobs_of
+
+    path = sweep_file(
+        tmp_path,
+        """
+        methods: [grpo]
+        zip: {sft.enabled: [false, true, true], sft.steps: [null, 5, 9],
+              trainer.total_steps: [0, 2, 0]}
+        evaluate_on: {long: {env.max_turns: 30}}
+        """,
+    )
+    runs = plan.plan(spec.load_sweep(path))
+    first, second = plan.starts(runs)
+    names = [job.name for job in jobs_of(runs)]
+    evals = [e.job_name for e in plan.evaluations(runs)]
+    assert names == [
+        runs[0].name, evals[0],
+        first.name, runs[1].name, evals[1],
+        second.name, runs[2].name, evals[2],
+    ]  # fmt: skip
+    needs = {job.name: job.needs for job in jobs_of(runs)}
+    assert needs[runs[0].name] == () and needs[runs[2].name] == (second.name,)
+    assert needs[evals[1]] == (runs[1].name,)
+
+
 def test_the_start_key_ignores_rl_keys_and_is_stable_across_sweeps(tmp_path):
     a = load_config(BASE, ["algorithm.method=sapo", "optim.lr=0.001", "trainer.total_steps=3"])
     b = load_config(BASE, ["trainer.run_dir=elsewhere", "monitor.window=3", "env.group_size=4"])

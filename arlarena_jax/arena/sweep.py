@@ -27,16 +27,23 @@ from arlarena_jax.arena.spec import SweepSpec, load_sweep
 
 
 def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
-    """The shared starts first, then the runs, each run needing its start, then the
-    evaluations, each needing its run."""
-    starts = [Job(s.name, s.command(), s.run_dir) for s in planning.starts(runs)]
-    needs = lambda run: () if run.start is None else (run.start.name,)  # noqa: E731
-    trained = [Job(r.name, r.command(), r.run_dir, needs(r)) for r in runs]
-    evaluations = [
-        Job(e.job_name, e.command(), e.job_dir, (e.run_name,))
-        for e in planning.evaluations(list(runs))
-    ]
-    return starts + trained + evaluations
+    """The jobs in the sweep file's order: each run preceded by its shared start where the start
+    is first needed (each start once) and followed by its evaluations; a run needs its start, an
+    evaluation its run. One worker thus finishes a run, and reports it, before it clones the
+    next start (a long cloning phase no longer holds up every run behind it); more workers take
+    the next job whose needs are done."""
+    jobs: list[Job] = []
+    placed: set[str] = set()
+    for run in runs:
+        needs: tuple[str, ...] = ()
+        if run.start is not None:
+            needs = (run.start.name,)
+            if run.start.name not in placed:
+                placed.add(run.start.name)
+                jobs.append(Job(run.start.name, run.start.command(), run.start.run_dir))
+        jobs.append(Job(run.name, run.command(), run.run_dir, needs))
+        jobs += [Job(e.job_name, e.command(), e.job_dir, (e.run_name,)) for e in run.evaluations]
+    return jobs
 
 
 def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") -> list[Job]:
