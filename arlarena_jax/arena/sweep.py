@@ -49,11 +49,16 @@ def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
 def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") -> list[Job]:
     """The jobs not done (nor failed, unless ``retry_failed``). Locally a job running in
     another process is left to it; the SLURM executor gets queued and running jobs too: it
-    waits for those SLURM still knows and submits again those it lost."""
+    waits for those SLURM still knows and submits again those it lost. A job that other jobs
+    need (a shared start) is not run when none of them is left: e.g. runs kept by
+    ``arlarena keep-results`` and copied back, their start's checkpoints gone."""
     skip = {"done"} | ({"failed"} if not retry_failed else set())
     if executor == "local":
         skip |= {"running", "queued"}
-    return [job for job in jobs if read_state(job.run_dir)["state"] not in skip]
+    todo = [job for job in jobs if read_state(job.run_dir)["state"] not in skip]
+    serving = {name for job in jobs for name in job.needs}
+    needed = {name for job in todo for name in job.needs}
+    return [job for job in todo if job.name not in serving or job.name in needed]
 
 
 def _short(value: object) -> str:
@@ -151,7 +156,9 @@ def sweep_command(args: argparse.Namespace) -> int:
             write_state(job.run_dir, state="new", previous_error=record.get("error", "?"))
     skipped = len(jobs) - len(todo)
     if skipped:
-        print(f"sweep: {skipped} job(s) done, failed or running elsewhere: not run again")
+        print(f"sweep: {skipped} job(s) done, failed, running elsewhere or not needed: not run")
+    queued = {job.name for job in todo}  # a start not needed stays out of the progress line
+    jobs = [j for j in jobs if j.name in queued or read_state(j.run_dir)["state"] != "new"]
     workers = args.workers or default_workers()
     status = 0
     if todo:
