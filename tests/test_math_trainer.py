@@ -16,6 +16,7 @@ from arlarena_jax.cli import main
 from arlarena_jax.rollout import collect
 from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.held_out import held_out_path, read_records
 from arlarena_jax.train.loop import train
 from arlarena_jax.train.metrics import read_scalars
 from envs import registry
@@ -93,11 +94,16 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     assert {"val/use_code", "val/void_turn", "val/turns"} <= set(final)
     scalars = read_scalars(tmp_path / "tensorboard")
     assert "val/aime2024/avg_at_1" in scalars and "sft/loss" in scalars
-    assert main(["eval", CONFIG, *small(tmp_path)]) == 0
+    episodes = tmp_path / "episodes.jsonl"
+    assert main(["eval", CONFIG, *small(tmp_path), "--episodes-out", str(episodes)]) == 0
     out = capsys.readouterr().out
     assert "30 held-out episodes" in out and "val/aime2024/avg_at_1" in out
     values = [float(line.split()[-1]) for line in out.splitlines() if "avg_at_1" in line]
     assert np.isclose(values[0], final["val/aime2024/avg_at_1"])
+    # the same parameters play the same 30 problems alike: per episode, as the run's last
+    # evaluation recorded them
+    assert read_records(episodes) == read_records(held_out_path(tmp_path, 1))
+    assert len(read_records(episodes)) == 30
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from arlarena_jax.models import load_pretrained
 from arlarena_jax.train import loop
 from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.held_out import held_out_path, read_records
 from arlarena_jax.train.loop import summary_table, train
 from arlarena_jax.train.metrics import read_scalars
 from arlarena_jax.train.run import Summary
@@ -96,6 +97,14 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
     assert model.config.vocab_size >= 64
     assert (directory / "hf" / "tokenizer.json").is_file()
     assert (directory / "config.yaml").is_file()
+    # each evaluation's per-episode outcomes (steps 0, 2 and 3), one line per held-out seed,
+    # their mean the logged success rate; the table pairs step 0 with step 3
+    for step in (0, 2, 3):
+        episodes = read_records(held_out_path(directory, step))
+        assert len({e["seed"] for e in episodes}) == len(episodes) == 4
+        won = sum(e["won"] for e in episodes) / 4
+        assert won == pytest.approx(dict(scalars["val/success_rate"])[step], abs=1e-6)
+    assert "change over the start (paired)" in summary_table(summary)
 
 
 def test_resume_equals_the_uninterrupted_run(uninterrupted, tmp_path):

@@ -151,6 +151,11 @@ def eval_command(args: argparse.Namespace) -> int:
     print(f"{where}, {eval_episodes(config)} held-out episodes:")
     for key, value in sorted(metrics.items()):
         print(f"  {key:<40} {value:.4f}")
+    if getattr(args, "episodes_out", None):
+        from arlarena_jax.train.held_out import write_records
+
+        path = write_records(Path(args.episodes_out), run.last_eval_episodes)
+        print(f"per-episode outcomes: {path}")
     return 0
 
 
@@ -248,6 +253,12 @@ def add_commands(commands) -> None:
                 action="store_true",
                 help="evaluate the untrained model when the run directory has no checkpoint "
                 "(otherwise that is an error: a mistyped trainer.run_dir)",
+            )
+            sub.add_argument(
+                "--episodes-out",
+                metavar="FILE",
+                help="also write each held-out episode's outcome (seed, won, return, length) "
+                "as JSON lines, to pair with another evaluation (arlarena_jax.train.held_out)",
             )
         sub.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
         sub.add_argument(

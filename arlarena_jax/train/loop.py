@@ -37,10 +37,12 @@ The pieces live in :class:`~arlarena_jax.train.run.Run`; this module reads top t
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
+from arlarena_jax.train.held_out import describe, run_change
 from arlarena_jax.train.run import Run, Stopped, Summary, complete_summary
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
@@ -114,6 +116,9 @@ def summary_table(summary: Summary, cloned: bool = True) -> str:
         ("held-out mean task score (x100)", f"{100 * value:.1f}" + se(f"{key}_se"))
         for key, value in scores
     ]
+    change = run_change(Path(summary.run_dir)) if summary.steps else None
+    if change is not None:  # the same held-out games before and after RL
+        rows.insert(2, ("change over the start (paired)", describe(change)))
     if summary.stopped is not None:  # not finished: resumable
         rows.insert(0, ("stopped (resumable)", f"by {summary.stopped}"))
     width = max(len(k) for k, _ in rows)

@@ -91,6 +91,7 @@ from arlarena_jax.train.demos import (
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.final import complete_record, read_final, write_final
+from arlarena_jax.train.held_out import episode_records, held_out_path, read_records, write_records
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
@@ -287,6 +288,7 @@ class Run:
         self.run_dir = Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
+        self.last_eval_episodes: list[dict[str, Any]] = []  # the last evaluation's, per episode
         # before anything is written
         lock = hold_run_dir(self.run_dir, jax.process_index(), wait_s=lock_wait_s)
         if lock is not None:
@@ -513,6 +515,9 @@ class Run:
         self.state, self._cloned = None, True  # rebuilt from the start's parameters
         if host.get("start_eval") is not None:
             self.host.sft_success, self.host.start_eval = host["sft_success"], host["start_eval"]
+            episodes = held_out_path(directory, START_STEP)  # its per-episode outcomes
+            if episodes.is_file() and jax.process_index() == 0:
+                write_records(held_out_path(self.run_dir, START_STEP), read_records(episodes))
         self.writer.text(0, "start", f"cloned policy of the shared start {directory.absolute()}")
         if self.console:
             print(f"starting from the cloned policy of {directory}", flush=True)
@@ -611,7 +616,7 @@ class Run:
     def _evaluate(self, step: int | None) -> dict[str, float]:
         c = self.config
         self.engine.update_params(sampler_params(self.train_state().params, self.config.model.lora))
-        metrics, _ = evaluate(
+        metrics, rollout = evaluate(
             self.envs("eval"),
             self.task_format,
             eval_policy(self.policy, c),
@@ -622,9 +627,16 @@ class Run:
             before_chunk=self.check_stop,
             collector=self.collector,
         )
+        self.last_eval_episodes = episode_records(rollout.trajectories, eval_seeds(c))
         if step is not None:
             self.writer.scalars(step, metrics)
+            self._keep_episodes(step)
         return metrics
+
+    def _keep_episodes(self, step: int) -> None:
+        """The last evaluation's per-episode outcomes, as ``held_out/step_NNNNNN.jsonl``."""
+        if jax.process_index() == 0:
+            write_records(held_out_path(self.run_dir, step), self.last_eval_episodes)
 
     @property
     def done(self) -> bool:
@@ -653,6 +665,7 @@ class Run:
         try:  # the step is complete: a stop during its evaluation saves it
             if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
                 metrics |= self.evaluate()  # written with the step's metrics
+                self._keep_episodes(step)
         finally:
             self._record(step, metrics, new_events)
         return metrics
