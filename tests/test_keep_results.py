@@ -23,6 +23,8 @@ def finished(run_dir: Path, state: str = "done") -> None:
     (run_dir / "tensorboard" / "events.out.tfevents.1.vm").write_bytes(b"events")
     (run_dir / "checkpoints" / "4").mkdir(parents=True)
     (run_dir / "checkpoints" / "4" / "params").write_bytes(b"\0" * 4096)
+    (run_dir / "held_out").mkdir()
+    (run_dir / "held_out" / "step_000000.jsonl").write_text('{"seed": 1, "won": true}\n')
     (run_dir / "config.yaml").write_text("trainer: {seed: 0}\n")
     (run_dir / "final.json").write_text(json.dumps({"complete": True}))
     jobs.write_state(run_dir, state=state)
@@ -48,11 +50,12 @@ def test_done_jobs_are_kept_without_checkpoints(tmp_path):
         "sokoban/grpo_seed0/final.json",
         "sokoban/grpo_seed0/sweep_state.json",
         "sokoban/grpo_seed0/tensorboard/events.out.tfevents.1.vm",
+        "sokoban/grpo_seed0/held_out/step_000000.jsonl",
         "sokoban/grpo_seed0/evaluations/long/metrics.json",
         "sokoban/grpo_seed0/evaluations/long/sweep_state.json",
     }
     keep_results(runs, tmp_path / "kept")  # again: the same files, replaced
-    assert len(files(tmp_path / "kept")) == 6
+    assert len(files(tmp_path / "kept")) == 7
 
 
 def test_bad_folders_are_named(tmp_path):

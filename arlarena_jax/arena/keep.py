@@ -3,8 +3,9 @@ checkpoints, in a folder small enough to commit.
 
 A CPU sweep of a real model outlasts a session, and a session's machine may not keep its run
 directories. What a report needs of a done job is small: its ``config.yaml``, ``sweep_state.json``,
-``final.json``, ``sweep.log``, its TensorBoard events and its evaluations' ``metrics.json`` (tens
-of kB against gigabytes of checkpoints). This copies exactly those, for every job directory under
+``final.json``, ``sweep.log``, its TensorBoard events, its per-episode held-out outcomes
+(``held_out/``) and its evaluations' ``metrics.json`` (tens of kB against gigabytes of
+checkpoints). This copies exactly those, for every job directory under
 ``RUNS`` whose state is ``done``, to the same relative path under ``DEST``:
 
 - ``arlarena report DEST -o OUT`` reads the kept runs as it reads run directories;
@@ -25,9 +26,10 @@ from pathlib import Path
 from arlarena_jax.arena.evaluate import METRICS_FILE
 from arlarena_jax.arena.jobs import STATE_FILE, read_state
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.held_out import HELD_OUT_DIR
 
 KEPT_FILES = ("config.yaml", STATE_FILE, "final.json", "sweep.log", METRICS_FILE)
-KEPT_DIRS = ("tensorboard",)
+KEPT_DIRS = ("tensorboard", HELD_OUT_DIR)
 
 
 def done_jobs(root: Path) -> Iterator[Path]:
