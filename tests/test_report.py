@@ -438,6 +438,30 @@ def test_the_written_report(tmp_path: Path, capsys):
     assert len((out / "runs.csv").read_text().splitlines()) == 4
 
 
+def test_runs_with_per_episode_outcomes_show_their_paired_change(tmp_path: Path):
+    """Four held-out games: step 0 wins games 0-1, step 20 wins games 1-3 (gained 2, lost 1):
+    d = (-1, 0, 1, 1), mean 0.25, deviations 1.5625 + 0.0625 + 0.5625 x 2 = 2.75, paired SE
+    sqrt(2.75 / 4 / 4) = 0.4146: "+25.0 ± 41.5". A run without the files shows "–"."""
+    from arlarena_jax.train.held_out import held_out_path, write_records
+
+    def games(wins):
+        return [{"seed": i, "won": w, "return": 0.0, "length": 1} for i, w in enumerate(wins)]
+
+    paired = make_run(tmp_path / "runs", "grpo_seed0", scalars=val(0.6, 0.75))
+    write_records(held_out_path(paired, 0), games([True, True, False, False]))
+    write_records(held_out_path(paired, 20), games([False, True, True, True]))
+    make_run(tmp_path / "runs", "grpo_seed1", seed=1, scalars=val(0.5, 0.5))
+    build_report([tmp_path / "runs"], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| Change over step 0 (points, paired SE) |" in md
+    assert "| +25.0 ± 41.5 |" in md and md.count("| – |") >= 1
+    runs = {
+        r["run"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]
+    }
+    assert runs["grpo_seed0"]["change_paired"] == pytest.approx(25.0, abs=1e-6)
+    assert runs["grpo_seed1"]["change_paired"] is None
+
+
 def test_embedded_images_and_no_plots(tmp_path: Path):
     make_run(tmp_path / "runs", "r", scalars=val(0.6))
     report = build_report([tmp_path / "runs"], tmp_path / "a", embed_images=True)

@@ -89,6 +89,8 @@ def runs_table(report: Report, env: str) -> Table:
     headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
     headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
     headers += tuple(f"Success @{name} (%)" for name in names)
+    paired = any(rec["change_paired"] is not None for rec in records)
+    headers += ("Change over step 0 (points, paired SE)",) if paired else ()
     body = []
     for rec in records:
         state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
@@ -102,7 +104,17 @@ def runs_table(report: Report, env: str) -> Table:
         warnings = f"{warnings} ({rec['warning_step']})" if warnings else DASH
         body[-1] += (step, kinds, warnings)
         body[-1] += tuple(_evaluated_at(rec["evaluations"].get(name)) for name in names)
+        if paired:
+            body[-1] += (_paired(rec),)
     return Table(headers, tuple(body))
+
+
+def _paired(record: dict) -> str:
+    """The run's change in success from step 0 to its last evaluation, over the same games,
+    with the paired standard error (arlarena_jax.train.held_out); – without both files."""
+    if record["change_paired"] is None:
+        return DASH
+    return f"{record['change_paired']:+.1f} ± {record['change_paired_se']:.1f}"
 
 
 def first_events(report: Report, env: str) -> Bullets | None:
@@ -131,6 +143,9 @@ def definitions(report: Report) -> Bullets:
             f"Δ vs {base}: (m − m_{base}) / m_{base} · 100 of the mean final success, against "
             f"the same environment's {base} group (– for that group itself or without one).",
             "Step: the newest RL step logged / trainer.total_steps.",
+            "Change over step 0 (where runs kept their per-episode outcomes, held_out/): the "
+            "final minus the step-0 success over the same held-out games, in points, ± its "
+            "paired standard error sqrt(mean (d − d̄)² / n) over the per-game differences d.",
             "Events: the trainer's stability monitor replayed on the logged metrics with each "
             "run's monitor settings, and success_collapse: training success averaged over "
             f"{rule.window} steps falls more than {rule.drop * 100:g} points below its best so "

@@ -12,6 +12,7 @@ from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.plots import Plot
 from arlarena_jax.arena.report.runs import Run
 from arlarena_jax.arena.report.table import SUCCESS_KEY, Row, evaluated_success, evaluation
+from arlarena_jax.train.held_out import run_change
 
 
 @dataclasses.dataclass
@@ -44,6 +45,7 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
     """One run's numbers (success in %), as summary.json and runs.csv list them."""
     ev = evaluation(run.scalars.get(SUCCESS_KEY))
     collapse = report.collapses[str(run.path)]
+    change = run_change(run.path)  # step 0 to the last evaluation, game by game
     return {
         "run": str(run.path.relative_to(report.root)),
         "path": str(run.path),
@@ -60,6 +62,8 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
         "success_final_step": ev.final_step,
         "success_best": _number(ev.best, 100),
         "success_best_step": ev.best_step,
+        "change_paired": None if change is None else _number(change.change, 100),
+        "change_paired_se": None if change is None else _number(change.se, 100),
         "collapsed": collapse.collapsed,
         "collapse_step": collapse.first_step,
         "collapse_kinds": collapse.kinds,

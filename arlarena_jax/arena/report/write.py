@@ -17,8 +17,8 @@ from arlarena_jax.arena.report.table import Row, Stat
 CSV_FIELDS = (
     "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
     "success_after_cloning", "success_final", "success_final_step", "success_best",
-    "success_best_step", "collapsed", "collapse_step", "collapse_kinds", "warning_step",
-    "warning_kinds",
+    "success_best_step", "change_paired", "change_paired_se", "collapsed", "collapse_step",
+    "collapse_kinds", "warning_step", "warning_kinds",
 )  # fmt: skip
 
 
