@@ -117,7 +117,7 @@ def test_config_refuses_bad_reward_settings():
     message = one_line_error("env.reward=dense")
     assert "'env.reward'" in message and "progress" in message
     assert "'env.reward'" in one_line_error("env.reward=shaped")
-    assert "alfworld, textworld" in message  # the environments that have one
+    assert "alfworld, textworld, webshop" in message  # the environments that have one
     message = one_line_error(  # Sokoban's dense rewards are its own: nothing to normalise by
         "env.reward=dense", "env.reward_normalise=true", path="configs/sokoban/base_tiny.yaml"
     )
@@ -177,3 +177,33 @@ def test_sokoban_single_rewards_reach_the_rollout_rows_and_success_reads_won():
     assert [t.step_reward for t in single.to_host_turns()] == [r.reward for r in single.rows]
     metrics = rollout_metrics(single, training=True)
     assert metrics["episode/success_rate"] == 1.0 and metrics["episode/reward/mean"] == 10.0
+
+
+def test_webshop_dense_is_the_purchase_score_on_the_buying_turn():
+    """WebShop's progress is the purchase score (the original WebShop's reward): 0 before the
+    purchase, the score on `buy now`. The shopper's full plan scores 1.0 (ARLArena's native 10);
+    the same plan without its option clicks buys the right product with the wrong options:
+    a score strictly between 0 and 1, native reward 0."""
+    from arlarena_jax.train.build import make_envs
+    from envs.webshop.env import WebShopEnv
+    from envs.webshop.expert import plan_purchase
+    from envs.webshop.spec import shop
+
+    config = load_config(
+        "configs/webshop/base_tiny.yaml", ["env.reward=dense", "env.num_workers=0"]
+    )
+    env = WebShopEnv(shop(config.env), split="train")
+    seed = next(s for s in range(50) if env.goal_of(s).goal_options and plan_purchase(env, s))
+    plan = plan_purchase(env, seed)
+    no_options = plan[: -1 - len(env.goal_of(seed).goal_options)] + plan[-1:]
+    for actions, native in ((plan, 10.0), (no_options, 0.0)):
+        batch = make_envs(config, 1, "train")
+        batch.reset([seed])
+        rewards = [batch.step([action]) for action in actions]
+        assert [float(r.rewards[0]) for r in rewards[:-1]] == [0.0] * (len(actions) - 1)
+        last = rewards[-1]
+        score = last.infos[0]["task_score"]
+        assert float(last.rewards[0]) == pytest.approx(score, abs=1e-6)
+        assert last.infos[0]["native_reward"] == native and bool(last.dones[0])
+        assert (score == 1.0) if native else (0.0 < score < 1.0)
+        batch.close()

@@ -15,10 +15,19 @@ from typing import Any
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_purpose
+from envs.rewards import Progress
 from envs.text import Expert
 from envs.webshop.prompts import WEBSHOP_FORMAT
 
 NOUN_KINDS = ("auto", "spacy", "lexicon")
+
+# WebShop's progress (env.reward: dense): the purchase score in [0, 1] on the buying turn (the
+# original WebShop's reward: attributes, options, type and price matched), 0 on every other turn
+# (info["task_score"] is 0 until a purchase), of a maximum of 1. The native reward stays
+# ARLArena's 10 for an exact score of 1.0, else 0.
+PURCHASE_SCORE = Progress(
+    gained=lambda info: float(info.get("task_score", 0.0)), maximum=lambda info: 1.0
+)
 SEARCH_KINDS = ("bm25", "pyserini")
 
 
@@ -144,4 +153,5 @@ WEBSHOP = EnvSpec(
     },
     commands=add_commands,
     ignores={},  # reads every common env key (data_path only with webshop.data: files)
+    progress=PURCHASE_SCORE,
 )
