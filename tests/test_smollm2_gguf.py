@@ -1,8 +1,10 @@
 """The real SmolLM2-135M-Instruct GGUF (Q4_1, the embedded model) against transformers' GGUF load.
 
 * every imported tensor equals transformers' dequantized one exactly (both through ``gguf``);
-* logits of a batch of chat prompts: within 1e-4 absolute plus 1e-5 of the logit (float32 sums
-  in a different order over 30 layers; logits reach ~40, so the relative term is at most 4e-4);
+* logits of a batch of chat prompts: within 1e-5 of the row's largest logit, absolute, plus
+  1e-5 of the logit (float32 sums in a different order over 30 layers: a small logit is the sum of
+  terms as large as the large ones, so its rounding error scales with them; logits reach ~40,
+  so about 4e-4. A fixed 1e-4 failed once on an AMD EPYC by 1.05e-4 at a logit of 0.079);
 * the tokenizer: the same ids as transformers' GGUF tokenizer on arbitrary text without digits;
   with digits, the same ids as that tokenizer once it also isolates every digit, as llama.cpp's
   ``smollm`` pre-tokenizer and SmolLM2's own tokenizer.json do (transformers leaves it out);
@@ -76,7 +78,8 @@ def test_logits_of_chat_prompts(theirs, ours):
     got = np.asarray(model(batch))
     for row, real in enumerate(ids):  # right padding: the real positions see only real tokens
         n = len(real)
-        np.testing.assert_allclose(got[row, :n], expected[row, :n], atol=1e-4, rtol=1e-5)
+        scale = float(np.abs(expected[row, :n]).max())
+        np.testing.assert_allclose(got[row, :n], expected[row, :n], atol=1e-5 * scale, rtol=1e-5)
 
 
 def test_chat_template_renders_as_transformers(theirs, ours):
