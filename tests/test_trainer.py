@@ -233,3 +233,18 @@ def test_a_stopped_run_prints_one_line_and_exits_75(tmp_path, monkeypatch, capsy
             f"arlarena: stopped by {where}; run the same command to resume"
         ]
     assert summary_table(stopped).splitlines()[0].endswith(f"| by {where} |")
+
+
+def test_an_rl_seed_replays_the_start_and_its_evaluation_but_not_the_rollouts(tmp_path):
+    """Two one-step runs that differ in ``trainer.rl_seed`` only: cloning and the held-out
+    evaluation are ``trainer.seed``'s (equal episode for episode), the training rollout is not
+    (other task seeds, other sampler keys: its batch metrics differ). rl_seed 0 equals seed 0, so
+    that run resolves to no rl_seed at all."""
+    same, other = tmp_path / "same", tmp_path / "other"
+    first = run(same, 1, "trainer.rl_seed=0")
+    second = run(other, 1, "trainer.rl_seed=1")
+    assert load_config(same / "config.yaml").trainer.rl_seed is None
+    assert load_config(other / "config.yaml").trainer.rl_seed == 1
+    assert read_records(held_out_path(same, 0)) == read_records(held_out_path(other, 0))
+    batch = [k for k in first.history[0] if k.startswith(("episode/", "batch/", "actor/"))]
+    assert any(first.history[0][k] != second.history[0][k] for k in batch), batch

@@ -35,6 +35,7 @@ from arlarena_jax.train.config import (
     is_built_tokenizer,
     method_settings,
     model_dir,
+    rl_stream_seed,
     tokenizer_dir,
 )
 from arlarena_jax.train.update import TRAINER_INPUTS
@@ -230,7 +231,7 @@ def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: M
         s.max_new_tokens,
         enable_thinking=s.enable_thinking,
         stop_strings=tuple(s.stop_strings),
-        seed=config.trainer.seed,
+        seed=rl_stream_seed(config),  # the evaluation copy reseeds it (run.eval_policy)
     )
     return engine, policy
 

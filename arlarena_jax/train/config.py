@@ -181,6 +181,10 @@ class TrainerConfig:
     mini_batch_size: int = 256  # turn rows per optimizer step (ppo_mini_batch_size)
     micro_batch_size: int = 32  # rows per aggregated micro-batch (ppo_micro_batch_size_per_gpu)
     seed: int = 0
+    # RL's own randomness (the training tasks drawn, the training sampler's stream); null: the
+    # streams of ``seed``. RL-only: runs that differ in it share one cloned start, whose cloning,
+    # initialisation and evaluation stream stay ``seed``'s (:func:`rl_stream_seed`).
+    rl_seed: int | None = None
     eval_every: int = 5  # test_freq; 0 = never
     eval_at_start: bool = True
     eval_episodes: int = 128  # held-out seeds per evaluation
@@ -467,21 +471,41 @@ def _check_method(config: Config) -> None:
 
 def resolve(config: Config) -> Config:
     """``config`` with every value pinned: the method's settings it reads filled in (the rest
-    stay null) and ``trainer.run_dir`` derived when null. What a run dumps and prints."""
+    stay null), ``trainer.rl_seed`` null when it equals ``trainer.seed`` (the same streams:
+    :func:`rl_stream_seed`) and ``trainer.run_dir`` derived when null. What a run dumps and
+    prints."""
     resolved = method_settings(config)
     knobs = PRESETS[preset_key(config.algorithm.method)].knobs
     algorithm = dataclasses.replace(
         config.algorithm, **{name: getattr(resolved, name) for name in knobs}
     )
-    run_dir = config.trainer.run_dir or default_run_dir(config)
-    trainer = dataclasses.replace(config.trainer, run_dir=run_dir)
+    trainer = config.trainer
+    if trainer.rl_seed == trainer.seed:
+        trainer = dataclasses.replace(trainer, rl_seed=None)
+    run_dir = trainer.run_dir or default_run_dir(dataclasses.replace(config, trainer=trainer))
+    trainer = dataclasses.replace(trainer, run_dir=run_dir)
     return dataclasses.replace(config, algorithm=algorithm, trainer=trainer)
 
 
 def default_run_dir(config: Config) -> str:
-    """``runs/<env>/<method>_seed<seed>``."""
+    """``runs/<env>/<method>_seed<seed>``, ``…_seed<seed>_rl<rl_seed>`` when ``trainer.rl_seed``
+    is set."""
     method = preset_key(config.algorithm.method)
-    return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}"
+    rl = "" if config.trainer.rl_seed is None else f"_rl{config.trainer.rl_seed}"
+    return f"runs/{config.env.name}/{method}_seed{config.trainer.seed}{rl}"
+
+
+def rl_stream_seed(config: Config) -> int:
+    """The seed of RL's streams (training task draws, the training sampler): ``trainer.seed``
+    when ``trainer.rl_seed`` is null or equal to it (so such a run repeats one without it), else
+    the first 63 bits of NumPy's ``SeedSequence([seed, rl_seed])``: never a small integer, so it
+    does not replay the evaluation stream (``seed + 1``) or another run's."""
+    seed, rl_seed = config.trainer.seed, config.trainer.rl_seed
+    if rl_seed is None or rl_seed == seed:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, rl_seed]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def model_dir(model: ModelConfig) -> str | None:
@@ -572,7 +596,7 @@ def validate(config: Config) -> Config:
         )
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints", "eval_episodes")
     _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
-    _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "save_every")
+    _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "save_every", "seed", "rl_seed")
     _check_async(trainer)
     if trainer.partial_rollouts and env.device_rollout:
         _fail(

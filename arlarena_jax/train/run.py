@@ -30,8 +30,9 @@ until step 0 is saved, so a killed cloning goes on from its newest save without 
 expert again.
 
 Only what a command uses is built: ``arlarena eval`` opens no writer and no training
-environments. Training task seeds come from a NumPy generator seeded by ``trainer.seed`` and
-restored on resume; demonstration and evaluation seeds come from disjoint blocks (``build``).
+environments. Training task seeds come from a NumPy generator seeded by ``trainer.seed`` (or
+``trainer.rl_seed``: :func:`~arlarena_jax.train.config.rl_stream_seed`) and restored on
+resume; demonstration and evaluation seeds come from disjoint blocks (``build``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from arlarena_jax.train.checkpoint import (
     abstract_like,
     read_params,
 )
-from arlarena_jax.train.config import Config, ConfigError, resolve
+from arlarena_jax.train.config import Config, ConfigError, resolve, rl_stream_seed
 from arlarena_jax.train.config_io import config_to_dict, dump_config
 from arlarena_jax.train.critic import (
     CriticSetup,
@@ -320,7 +321,7 @@ class Run:
             )
         )
         self.monitor = StabilityMonitor(config.monitor)
-        self.rng = np.random.default_rng(config.trainer.seed)
+        self.rng = np.random.default_rng(rl_stream_seed(config))
         self.host = HostState(rng=self.rng.bit_generator.state)  # step 0's, as a checkpoint
         self.state: TrainState | None = None
         self.history: list[dict[str, float]] = []

@@ -52,6 +52,7 @@ RL_ONLY = (
     "trainer.use_rollout_log_probs",  # the RL update's lp_old
     "trainer.max_staleness",  # asynchronous RL
     "trainer.partial_rollouts",
+    "trainer.rl_seed",  # RL's own streams (train.config.rl_stream_seed)
 )
 START_STEP = 0  # the checkpoint step that holds a start's cloned policy
 

@@ -49,7 +49,7 @@ def add_command(commands) -> None:
         default=[],
         metavar="KEY",
         help="a dotted config key whose differences do not set runs apart (repeatable; "
-        "trainer.seed, trainer.run_dir and sft.init_from never do)",
+        "trainer.seed, trainer.rl_seed, trainer.run_dir and sft.init_from never do)",
     )
     sub.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     sub.add_argument(

@@ -3,7 +3,8 @@
 The label is the method's name (the paper's, e.g. ``SAMPO``, for the paper's methods) plus the
 config keys on which runs of the same environment and method differ, e.g. ``SAPO lr=0.0003``, so
 the points of a hyper-parameter sweep stay apart. Keys that never split a group:
-:data:`IGNORED_KEYS` (the seed, the run's own directory, its cloned start), and keys missing from
+:data:`IGNORED_KEYS` (the seeds, ``trainer.rl_seed`` too, the run's own directory, its cloned
+start), and keys missing from
 some runs' configs (written by another version of the trainer). Groups are ordered by
 environment, then the paper's method order (``PAPER_METHODS``), then other methods by name.
 """
@@ -20,7 +21,7 @@ from arlarena_jax.arena.report.runs import Run
 from arlarena_jax.objectives.presets import PAPER_METHODS, PRESETS, preset_key
 from arlarena_jax.train import start
 
-IGNORED_KEYS = frozenset({"trainer.seed", "trainer.run_dir", "sft.init_from"})
+IGNORED_KEYS = frozenset({"trainer.seed", "trainer.rl_seed", "trainer.run_dir", "sft.init_from"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,7 +47,11 @@ class Run:
 
     @property
     def seed(self) -> int:
-        return int(self.config["trainer"]["seed"])
+        """The replicate's seed: ``trainer.rl_seed`` when set (seeds of one shared start), else
+        ``trainer.seed``."""
+        trainer = self.config["trainer"]
+        rl_seed = trainer.get("rl_seed")
+        return int(trainer["seed"] if rl_seed is None else rl_seed)
 
     @property
     def last_step(self) -> int:
