@@ -12,7 +12,8 @@ MATCH=${MATCH:-"python.* -m arlarena_jax"}
 LIMIT_KB=$(( ${LIMIT_GB:-20} * 1024 * 1024 ))
 POLL_S=${POLL_S:-20}
 while sleep "$POLL_S"; do
-  line=$(ps -eo pid=,rss=,args= --sort=-rss | grep -E -- "$MATCH" | grep -v -e grep -e memory_watchdog | head -1)
+  # -ww: whole command lines (ps cuts them at $COLUMNS otherwise, losing the match)
+  line=$(ps -ww -eo pid=,rss=,args= --sort=-rss | grep -E -- "$MATCH" | grep -v -e grep -e memory_watchdog | head -1)
   [ -z "$line" ] && continue
   read -r pid rss _ <<< "$line"
   available=$(free -g | awk '/^Mem/{print $7}')
