@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,7 +18,12 @@ from hypothesis import strategies as st
 from tensorboardX import SummaryWriter
 
 from arlarena_jax.arena.report import add_command, build_report
-from arlarena_jax.arena.report.collapse import SuccessCollapse, detect, success_collapse
+from arlarena_jax.arena.report.collapse import (
+    SuccessCollapse,
+    detect,
+    monitor_overrides,
+    success_collapse,
+)
 from arlarena_jax.arena.report.events import Series, read_events
 from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.plots import mean_band
@@ -330,6 +336,44 @@ def test_the_run_config_sets_the_monitor(tmp_path: Path):
     bad = load_run(make_run(tmp_path, "bad", config={"monitor": {"window": 0}}))
     with pytest.raises(ConfigError, match="monitor section"):
         detect(bad)
+
+
+def test_the_report_s_monitor_settings_go_over_the_run_s(tmp_path: Path, capsys):
+    # a cloned policy whose entropy starts low and halves: 0.3 -> 0.05 (< 0.2 x 0.3 = 0.06)
+    entropy = {s: 0.3 if s < 8 else 0.05 for s in range(1, 13)}
+    runs = tmp_path / "runs"
+    make_run(runs, "grpo_seed0", scalars={"actor/entropy": entropy, "actor/kl_loss": {4: 0.1}})
+    run = load_run(runs / "grpo_seed0")
+    assert detect(run).kinds == ["entropy_collapse"] and detect(run).warning_kinds == ["kl_drift"]
+    judged = detect(
+        run, monitor=monitor_overrides(["entropy_collapse_fraction=0.1", "kl_bound=null"])
+    )
+    assert judged.events == ()  # 0.05 > 0.1 x 0.3 = 0.03; no KL bound
+    assert monitor_overrides(["kl_keys=[actor/ppo_kl]"]) == {"kl_keys": ("actor/ppo_kl",)}
+    bad = {
+        "kl_bond=0.1": "report --monitor kl_bond: not a monitor setting (one of ",
+        "kl_bound": "expected SETTING=VALUE",
+        "window=0": "report --monitor: monitor window must be >= 1, got 0",
+        "kl_bound=high": "report --monitor: ",
+    }
+    for item, message in bad.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            monitor_overrides([item])
+
+    out = tmp_path / "report"
+    parser = argparse.ArgumentParser(prog="arlarena")
+    add_command(parser.add_subparsers())
+    argv = ["report", str(runs), "-o", str(out), "--no-plots"]
+    args = parser.parse_args([*argv, "--monitor", "entropy_collapse_fraction=0.1"])
+    assert args.handler(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["monitor_overrides"] == {"entropy_collapse_fraction": 0.1}
+    record = summary["runs"][0]
+    assert (record["collapsed"], record["warning_kinds"]) == (False, ["kl_drift"])
+    assert (
+        "monitor settings (for this report: entropy_collapse_fraction=0.1)"
+        in (out / "report.md").read_text()
+    )
 
 
 def test_success_collapse():

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from arlarena_jax.arena.report.collapse import SuccessCollapse, detect
 from arlarena_jax.arena.report.groups import group_runs
@@ -34,22 +35,25 @@ def build_report(
     plots: bool = True,
     embed_images: bool = False,
     ignore_keys: Iterable[str] = (),
+    monitor: Mapping[str, Any] | None = None,
 ) -> Report:
     """Read every run at or below ``paths`` and write the report into ``out``: report.md,
     report.html, summary.json, runs.csv and plots/*.png (``plots=False``: no figures).
     ``ignore_keys``: dotted config keys that do not set groups apart (besides the seed, the run
-    directory and the cloned start)."""
+    directory and the cloned start). ``monitor``: stability-monitor settings over each run's own
+    for the replay (:func:`~arlarena_jax.arena.report.collapse.monitor_overrides`)."""
     base = baseline_key(baseline)
     runs = load_runs(paths)
     rule = rule or SuccessCollapse()
-    collapses = {str(r.path): detect(r, rule) for r in runs}
+    monitor = dict(monitor or {})
+    collapses = {str(r.path): detect(r, rule, monitor) for r in runs}
     groups = group_runs(runs, ignore_keys)
     collapsed = {path: c.collapsed for path, c in collapses.items()}
     warned = {path: bool(c.warning_kinds) for path, c in collapses.items()}
     rows = build_rows(groups, collapsed, base, warned)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(out, title, base, rule, runs, groups, rows, collapses)
+    report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor)
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
         report.plots = plot_all(groups, out / "plots", marks)

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
+import yaml
 
 from arlarena_jax.arena.report.events import Series
 from arlarena_jax.arena.report.runs import NOT_TRAINING, Run
@@ -93,11 +95,36 @@ class Collapse:
         return list(dict.fromkeys(e.kind for e in self._of(False)))
 
 
-def monitor_settings(run: Run) -> MonitorSettings:
-    """The run config's ``monitor`` section (unknown keys ignored; lists become tuples)."""
+def monitor_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``{setting: value}`` from ``SETTING=VALUE`` strings, the report's own stability-monitor
+    thresholds over each run's (values read as YAML: ``null`` switches a detector off). A
+    malformed item, an unknown setting or a value out of range raises one ConfigError naming it."""
+    fields = {f.name for f in dataclasses.fields(MonitorSettings)}
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"report --monitor {item!r}: expected SETTING=VALUE")
+        if name not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"report --monitor {name}: not a monitor setting (one of {known})")
+        value = yaml.safe_load(text) if text.strip() else None
+        out[name] = tuple(value) if isinstance(value, list) else value
+    try:
+        StabilityMonitor(MonitorSettings(**out))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"report --monitor: {err}") from None
+    return out
+
+
+def monitor_settings(run: Run, overrides: Mapping[str, Any] | None = None) -> MonitorSettings:
+    """The run config's ``monitor`` section (unknown keys ignored; lists become tuples), then
+    ``overrides`` (:func:`monitor_overrides`) over it."""
     section = run.config.get("monitor") or {}
     fields = {f.name for f in dataclasses.fields(MonitorSettings)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in section.items() if k in fields}
+    values.update(overrides or {})
     try:
         settings = MonitorSettings(**values)
         StabilityMonitor(settings)
@@ -144,9 +171,12 @@ def success_collapse(series: Series | None, rule: SuccessCollapse) -> list[Event
     return []
 
 
-def detect(run: Run, rule: SuccessCollapse | None = None) -> Collapse:
-    """Both signatures on one run."""
-    events = replay_monitor(run) + success_collapse(
+def detect(
+    run: Run, rule: SuccessCollapse | None = None, monitor: Mapping[str, Any] | None = None
+) -> Collapse:
+    """Both signatures on one run; ``monitor``: settings over the run's own (see
+    :func:`monitor_overrides`)."""
+    events = replay_monitor(run, monitor_settings(run, monitor)) + success_collapse(
         run.scalars.get(SUCCESS_KEY), rule or SuccessCollapse()
     )
     return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))))

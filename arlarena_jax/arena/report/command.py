@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from arlarena_jax.arena.report.collapse import SuccessCollapse
+from arlarena_jax.arena.report.collapse import SuccessCollapse, monitor_overrides
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -22,6 +22,7 @@ def report_command(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         embed_images=args.embed_images,
         ignore_keys=args.ignore_key,
+        monitor=monitor_overrides(args.monitor),
     )
     for row in report.rows:
         final = row.success["final"].mean
@@ -50,6 +51,14 @@ def add_command(commands) -> None:
         metavar="KEY",
         help="a dotted config key whose differences do not set runs apart (repeatable; "
         "trainer.seed, trainer.rl_seed, trainer.run_dir and sft.init_from never do)",
+    )
+    sub.add_argument(
+        "--monitor",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a stability-monitor threshold for the replay, over each run's own (repeatable; "
+        "e.g. entropy_collapse_fraction=0.05 or kl_bound=null: null switches a detector off)",
     )
     sub.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     sub.add_argument(

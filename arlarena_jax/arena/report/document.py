@@ -129,6 +129,14 @@ def first_events(report: Report, env: str) -> Bullets | None:
     return Bullets(tuple(items)) if items else None
 
 
+def _overridden(monitor: dict) -> str:
+    """`` (for this report: k=v, …)`` naming the report's monitor settings, or nothing."""
+    if not monitor:
+        return ""
+    shown = ", ".join(f"{k}={'null' if v is None else v}" for k, v in sorted(monitor.items()))
+    return f" (for this report: {shown})"
+
+
 def definitions(report: Report) -> Bullets:
     rule, base = report.rule, method_info(report.baseline)[1]
     return Bullets(
@@ -147,7 +155,8 @@ def definitions(report: Report) -> Bullets:
             "final minus the step-0 success over the same held-out games, in points, ± its "
             "paired standard error sqrt(mean (d − d̄)² / n) over the per-game differences d.",
             "Events: the trainer's stability monitor replayed on the logged metrics with each "
-            "run's monitor settings, and success_collapse: training success averaged over "
+            f"run's monitor settings{_overridden(report.monitor)}, and success_collapse: "
+            "training success averaged over "
             f"{rule.window} steps falls more than {rule.drop * 100:g} points below its best so "
             f"far, once that best reached {rule.min_best * 100:g}%. A collapse is "
             f"{', '.join(sorted(COLLAPSE_KINDS))}; the other events (KL or log-ratio drift, "

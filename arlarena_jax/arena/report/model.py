@@ -27,6 +27,7 @@ class Report:
     groups: list[Group]
     rows: list[Row]
     collapses: dict[str, Collapse]  # by str(run.path)
+    monitor: dict[str, Any] = dataclasses.field(default_factory=dict)  # over each run's own
     plots: list[Plot] = dataclasses.field(default_factory=list)
     files: list[Path] = dataclasses.field(default_factory=list)
 

@@ -52,6 +52,9 @@ def write_summary(report: Report, path: Path) -> None:
         "title": report.title,
         "baseline": report.baseline,
         "success_collapse": dataclasses.asdict(report.rule),
+        "monitor_overrides": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in report.monitor.items()
+        },
         "groups": [row_record(r) for r in report.rows],
         "runs": run_records(report),
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
