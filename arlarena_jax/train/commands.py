@@ -156,6 +156,14 @@ def eval_command(args: argparse.Namespace) -> int:
 
         path = write_records(Path(args.episodes_out), run.last_eval_episodes)
         print(f"per-episode outcomes: {path}")
+    if getattr(args, "transcripts_out", None):
+        from arlarena_jax.train.held_out import write_records
+        from arlarena_jax.train.run import eval_seeds
+        from arlarena_jax.train.transcripts import episode_transcripts
+
+        records = episode_transcripts(run.last_eval_rollout, eval_seeds(config))
+        path = write_records(Path(args.transcripts_out), records)
+        print(f"transcripts: {path}")
     return 0
 
 
@@ -259,6 +267,12 @@ def add_commands(commands) -> None:
                 metavar="FILE",
                 help="also write each held-out episode's outcome (seed, won, return, length) "
                 "as JSON lines, to pair with another evaluation (arlarena_jax.train.held_out)",
+            )
+            sub.add_argument(
+                "--transcripts-out",
+                metavar="FILE",
+                help="also write each held-out episode turn by turn (observation, reply, "
+                "action, validity, reward) as JSON lines (arlarena_jax.train.transcripts)",
             )
         sub.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
         sub.add_argument(

@@ -62,7 +62,7 @@ from arlarena_jax.models.lora import (
     trainable_part,
 )
 from arlarena_jax.objectives.compose import Input
-from arlarena_jax.rollout.loop import collect
+from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
@@ -290,6 +290,7 @@ class Run:
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
         self.last_eval_episodes: list[dict[str, Any]] = []  # the last evaluation's, per episode
+        self.last_eval_rollout: Rollout | None = None  # and its turns (transcripts)
         # before anything is written
         lock = hold_run_dir(self.run_dir, jax.process_index(), wait_s=lock_wait_s)
         if lock is not None:
@@ -629,6 +630,7 @@ class Run:
             collector=self.collector,
         )
         self.last_eval_episodes = episode_records(rollout.trajectories, eval_seeds(c))
+        self.last_eval_rollout = rollout
         if step is not None:
             self.writer.scalars(step, metrics)
             self._keep_episodes(step)
