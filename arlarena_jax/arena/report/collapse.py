@@ -95,6 +95,11 @@ class Collapse:
         return list(dict.fromkeys(e.kind for e in self._of(False)))
 
 
+def _lists_as_tuples(values: Mapping[str, Any]) -> dict[str, Any]:
+    """YAML lists as tuples (MonitorSettings' sequence fields are tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
 def monitor_overrides(items: Iterable[str]) -> dict[str, Any]:
     """``{setting: value}`` from ``SETTING=VALUE`` strings, the report's own stability-monitor
     thresholds over each run's (values read as YAML: ``null`` switches a detector off). A
@@ -109,8 +114,8 @@ def monitor_overrides(items: Iterable[str]) -> dict[str, Any]:
         if name not in fields:
             known = ", ".join(sorted(fields))
             raise ConfigError(f"report --monitor {name}: not a monitor setting (one of {known})")
-        value = yaml.safe_load(text) if text.strip() else None
-        out[name] = tuple(value) if isinstance(value, list) else value
+        out[name] = yaml.safe_load(text) if text.strip() else None
+    out = _lists_as_tuples(out)
     try:
         StabilityMonitor(MonitorSettings(**out))
     except (TypeError, ValueError) as err:
@@ -123,7 +128,7 @@ def monitor_settings(run: Run, overrides: Mapping[str, Any] | None = None) -> Mo
     ``overrides`` (:func:`monitor_overrides`) over it."""
     section = run.config.get("monitor") or {}
     fields = {f.name for f in dataclasses.fields(MonitorSettings)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in section.items() if k in fields}
+    values = _lists_as_tuples({k: v for k, v in section.items() if k in fields})
     values.update(overrides or {})
     try:
         settings = MonitorSettings(**values)
