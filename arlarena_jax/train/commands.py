@@ -144,7 +144,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
     with _one_line_config_errors(), Run(config, console=False) as run:
         step = run.resume()
-        metrics = run.evaluate()
+        metrics, rollout = run.evaluate_rollout()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     from arlarena_jax.train.build import eval_episodes
 
@@ -161,7 +161,7 @@ def eval_command(args: argparse.Namespace) -> int:
         from arlarena_jax.train.run import eval_seeds
         from arlarena_jax.train.transcripts import episode_transcripts
 
-        records = episode_transcripts(run.last_eval_rollout, eval_seeds(config))
+        records = episode_transcripts(rollout, eval_seeds(config))
         path = write_records(Path(args.transcripts_out), records)
         print(f"transcripts: {path}")
     return 0

@@ -290,7 +290,6 @@ class Run:
         self.started = time.perf_counter()
         self._closing = contextlib.ExitStack()
         self.last_eval_episodes: list[dict[str, Any]] = []  # the last evaluation's, per episode
-        self.last_eval_rollout: Rollout | None = None  # and its turns (transcripts)
         # before anything is written
         lock = hold_run_dir(self.run_dir, jax.process_index(), wait_s=lock_wait_s)
         if lock is not None:
@@ -610,12 +609,16 @@ class Run:
             )
 
     def evaluate(self, step: int | None = None) -> dict[str, float]:
-        """Held-out success of the current parameters (``val/…``); written at ``step`` if given.
+        """Held-out success of the current parameters (``val/…``); written at ``step`` if given."""
+        return self.evaluate_rollout(step)[0]
+
+    def evaluate_rollout(self, step: int | None = None) -> tuple[dict[str, float], Rollout]:
+        """:meth:`evaluate`, and the held-out rollout itself (turn by turn, for transcripts).
         Under asynchronous RL the producer is paused meanwhile (the engine is shared)."""
         with self._producer.paused() if self._producer else contextlib.nullcontext():
             return self._evaluate(step)
 
-    def _evaluate(self, step: int | None) -> dict[str, float]:
+    def _evaluate(self, step: int | None) -> tuple[dict[str, float], Rollout]:
         c = self.config
         self.engine.update_params(sampler_params(self.train_state().params, self.config.model.lora))
         metrics, rollout = evaluate(
@@ -630,11 +633,10 @@ class Run:
             collector=self.collector,
         )
         self.last_eval_episodes = episode_records(rollout.trajectories, eval_seeds(c))
-        self.last_eval_rollout = rollout
         if step is not None:
             self.writer.scalars(step, metrics)
             self._keep_episodes(step)
-        return metrics
+        return metrics, rollout
 
     def _keep_episodes(self, step: int) -> None:
         """The last evaluation's per-episode outcomes, as ``held_out/step_NNNNNN.jsonl``."""
