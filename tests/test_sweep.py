@@ -197,6 +197,26 @@ def test_init_from_is_checked_before_anything_runs(tmp_path):
         check_start(load_config(BASE, [f"sft.init_from={start}", "sft.enabled=false"]))
 
 
+def test_eval_of_a_run_ignores_its_start(tmp_path, capsys):
+    """``arlarena eval`` restores the run's own checkpoint, so a shared start cloned with other
+    settings (here another evaluation temperature) is no reason to refuse it; ``train`` refuses.
+    The empty run directory then stops both, eval on its missing checkpoint."""
+    from arlarena_jax.cli import main
+    from arlarena_jax.train.config_io import dump_config
+
+    start = tmp_path / "start"
+    dump_config(load_config(BASE), start / "config.yaml")
+    (start / "checkpoints" / "0").mkdir(parents=True)
+    (start / "checkpoints" / "0" / "commit_success.txt").write_text("")
+    args = [str(BASE), f"sft.init_from={start}", "sampler.eval.temperature=0.5"]
+    args.append(f"trainer.run_dir={tmp_path / 'run'}")
+    for command, words in [("eval", "has no checkpoint to evaluate"), ("train", "cloned with")]:
+        with pytest.raises(SystemExit) as info:
+            main([command, *args])
+        assert info.value.code == 2
+        assert words in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", [1.0e-4, 3, True, None, "sapo", [1, 2], "1e-3", "</action>"])
 def test_override_text_reads_back(value):
     """What the sweep writes on a command line is what the config loader's YAML reads."""

@@ -57,10 +57,10 @@ def _config(
     """The checked config; a bad key, a method the trainer cannot run, missing environment data
     (ALFWorld games) or, for a command that ``runs`` the model (train, sft, eval), a mesh larger
     than the devices, a missing model or tokenizer directory, an unwritable run directory,
-    checkpoints of another model or sizes whose memory estimate is far above the machine's
+    checkpoints of another model, a shared start cloned with other settings (``training``
+    only) or sizes whose memory estimate is far above the machine's
     (:mod:`~arlarena_jax.train.memory_estimate`) stop here with one ConfigError line. Keys the
-    environment
-    ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
+    environment ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
     from arlarena_jax.train import build, memory_estimate, preflight, start
 
     checks_mesh = runs and not getattr(args, "print_config", False)
@@ -79,7 +79,8 @@ def _config(
     if runs:
         preflight.check_paths(config)
         preflight.check_checkpoints(config)
-        start.check_start(config)
+        if training:  # an evaluation restores the run's own checkpoint, never the start's
+            start.check_start(config)
         memory_estimate.check_config_memory(
             config, training=training, devices_known=_single_process()
         )
