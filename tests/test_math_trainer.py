@@ -104,6 +104,13 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     # evaluation recorded them
     assert read_records(episodes) == read_records(held_out_path(tmp_path, 1))
     assert len(read_records(episodes)) == 30
+    # --step 0: the cloned policy, as the run evaluated it before RL
+    assert (
+        main(["eval", CONFIG, *small(tmp_path), "--step", "0", "--episodes-out", str(episodes)])
+        == 0
+    )
+    assert "checkpoint step 0, 30 held-out episodes" in capsys.readouterr().out
+    assert read_records(episodes) == read_records(held_out_path(tmp_path, 0))
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,17 @@ def test_eval_of_a_run_directory_without_a_checkpoint_is_one_line(tmp_path, caps
     assert not run_dir.exists()  # nothing is created for a mistyped directory
 
 
+def test_eval_of_a_step_the_run_does_not_keep_is_one_line(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "4").mkdir(parents=True)  # a folder without a finished save
+    err = fails(["eval", CONFIG, f"trainer.run_dir={run_dir}", "--step", "4"], capsys)
+    assert err == f"arlarena: --step 4: {run_dir / 'checkpoints'} has no valid step 4 (has [])"
+    err = fails(
+        ["eval", CONFIG, f"trainer.run_dir={run_dir}", "--step", "4", "--allow-untrained"], capsys
+    )
+    assert err == "arlarena: --step 4 and --allow-untrained: choose one"
+
+
 def test_build_model_turns_a_broken_file_into_a_config_error(tmp_path):
     path = model_dir(tmp_path)
     (path / "config.json").write_text("{not json")

@@ -127,24 +127,39 @@ def _train_and_report(config: Config) -> int:
     return 0
 
 
-def eval_command(args: argparse.Namespace) -> int:
-    """Evaluate the run's newest checkpoint on the held-out seeds. A run directory without a
-    checkpoint (a typo?) is one ConfigError line, unless ``--allow-untrained`` asks for the
-    untrained model."""
-    config = _config(args, training=False)
+def _eval_step(run_dir: Path, step: int | None, untrained: bool) -> None:
+    """One ConfigError line when there is nothing to evaluate: no checkpoint (a typo?) unless
+    ``--allow-untrained``, or no valid checkpoint ``--step``."""
     from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train.checkpoint import verify_step
     from arlarena_jax.train.final import newest_checkpoint
-    from arlarena_jax.train.run import Run
 
-    run_dir, untrained = Path(args.run_dir), getattr(args, "allow_untrained", False)
-    if not untrained and newest_checkpoint(run_dir / "checkpoints") is None:
+    directory = run_dir / "checkpoints"
+    if step is not None:
+        folders = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit())
+        have = [s for s in folders if verify_step(directory / str(s)) is None]
+        if untrained:
+            raise ConfigError(f"--step {step} and --allow-untrained: choose one")
+        if step not in have:
+            raise ConfigError(f"--step {step}: {directory} has no valid step {step} (has {have})")
+    elif not untrained and newest_checkpoint(directory) is None:
         raise ConfigError(
             f"config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
             "--allow-untrained evaluates the untrained model"
         )
 
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Evaluate the run's newest checkpoint (``--step N``: that one) on the held-out seeds. A
+    run directory without a checkpoint (a typo?) is one ConfigError line, unless
+    ``--allow-untrained`` asks for the untrained model."""
+    config = _config(args, training=False)
+    from arlarena_jax.train.run import Run
+
+    run_dir, chosen = Path(args.run_dir), getattr(args, "step", None)
+    _eval_step(run_dir, chosen, getattr(args, "allow_untrained", False))
     with _one_line_config_errors(), Run(config, console=False) as run:
-        step = run.resume()
+        step = run.resume(chosen)
         metrics, rollout = run.evaluate_rollout()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     from arlarena_jax.train.build import eval_episodes
@@ -248,7 +263,11 @@ def add_commands(commands) -> None:
     for name, handler, text in (
         ("train", train_command, "behaviour cloning (if enabled) then RL, resumable"),
         ("sft", sft_command, "behaviour cloning only"),
-        ("eval", eval_command, "evaluate the run's newest checkpoint on held-out seeds"),
+        (
+            "eval",
+            eval_command,
+            "evaluate the run's newest checkpoint (or --step N) on held-out seeds",
+        ),
         ("gen-data", gen_data_command, "write expert demonstrations as JSON lines"),
     ):
         sub = commands.add_parser(name, help=text)
@@ -262,6 +281,13 @@ def add_commands(commands) -> None:
                 action="store_true",
                 help="evaluate the untrained model when the run directory has no checkpoint "
                 "(otherwise that is an error: a mistyped trainer.run_dir)",
+            )
+            sub.add_argument(
+                "--step",
+                type=int,
+                metavar="N",
+                help="evaluate checkpoint step N instead of the newest (an earlier policy of "
+                "the run; the checkpoints a run keeps: trainer.keep_checkpoints)",
             )
             sub.add_argument(
                 "--episodes-out",

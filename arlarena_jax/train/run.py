@@ -421,15 +421,19 @@ class Run:
 
     # -- verbs ----------------------------------------------------------------------------------
 
-    def resume(self) -> int | None:
+    def resume(self, step: int | None = None) -> int | None:
         """Restore the newest checkpoint that verifies and restores (device and host state); its
         step, or None. A newer one that fails to restore is set aside, with one line on stderr
-        naming its file and why (missing, truncated or unreadable)."""
+        naming its file and why (missing, truncated or unreadable). ``step``: restore that one
+        instead (an evaluation of an earlier policy; nothing is set aside)."""
         target = abstract_like(self.train_state().as_tree())
-        restored = self.checkpointer.restore_latest_valid(target)
-        if restored is None:
-            return None
-        step, tree, host, _ = restored  # a skipped step: reported by the checkpointer
+        if step is not None:
+            tree, host = self.checkpointer.restore(target, step)
+        else:
+            restored = self.checkpointer.restore_latest_valid(target)
+            if restored is None:
+                return None
+            step, tree, host, _ = restored  # a skipped step: reported by the checkpointer
         self.state = self.train_state().restored(tree)
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
