@@ -588,3 +588,16 @@ def test_a_staleness_sweep_gets_its_kl_and_staleness_plots(tmp_path: Path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "](plots/sokoban-actor_sampler_trainer_kl.png)" in md
     assert "](plots/sokoban-async_staleness_mean.png)" in md
+
+
+def test_a_held_out_format_drop_is_a_collapse(tmp_path: Path):
+    """The held-out valid-format ratio at steps 0, 8, 16: 1.0, 0.9, 0.177 (the arena's GRPO seed
+    1 at step 16). 0.9 is 0.1 below the best, within format_drop 0.15; 0.177 is 0.823 below."""
+    scalars = {"val/valid_response_format_ratio": {0: 1.0, 8: 0.9, 16: 0.177}}
+    run = load_run(make_run(tmp_path, "r", scalars=scalars))
+    collapse = detect(run)
+    assert (collapse.first_step, collapse.kinds) == (16, ["held_out_format_drop"])
+    assert "0.177 < best 1 − 0.15" in collapse.events[0].message
+    assert detect(run, monitor=monitor_overrides(["format_drop=0.9"])).events == ()
+    assert detect(run, monitor=monitor_overrides(["format_drop=null"])).events == ()
+    assert detect(run, monitor=monitor_overrides(["enabled=false"])).events == ()

@@ -1,6 +1,6 @@
 """Training collapse, recomputed offline from the logged metrics (older runs work too).
 
-Two sources of events, both with the step they fire at:
+Three sources of events, each with the step it fires at:
 
 - the trainer's :class:`~arlarena_jax.train.monitor.StabilityMonitor`, replayed: a fresh monitor
   (the run config's ``monitor`` section, defaults where absent) observes each logged RL step's
@@ -10,6 +10,10 @@ Two sources of events, both with the step they fire at:
   ``window`` logged steps falls more than ``drop`` (absolute) below the best such average so far,
   once that best has reached ``min_best``. The average tames the noise of small batches; the
   event's step is the first step at which the average has fallen that far.
+- ``held_out_format_drop``: the held-out evaluations' valid-format ratio
+  (``val/valid_response_format_ratio``) falls more than the monitor's ``format_drop`` below its
+  best so far (step 0, the start, included). The trainer's monitor reads each step's rollout,
+  made before that step's update, so a policy broken by the last updates shows only here.
 
 A run *collapsed* when a signature of a broken policy fired (:data:`COLLAPSE_KINDS`: its success,
 valid format, numerics or entropy went); its first step and kinds are reported. The other events
@@ -33,8 +37,16 @@ from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 
 SUCCESS_KEY = "episode/success_rate"
+HELD_OUT_FORMAT_KEY = "val/valid_response_format_ratio"
 COLLAPSE_KINDS = frozenset(
-    {"success_collapse", "format_drop", "nonfinite", "entropy_collapse", "entropy_blowup"}
+    {
+        "success_collapse",
+        "format_drop",
+        "held_out_format_drop",
+        "nonfinite",
+        "entropy_collapse",
+        "entropy_blowup",
+    }
 )
 
 
@@ -176,12 +188,33 @@ def success_collapse(series: Series | None, rule: SuccessCollapse) -> list[Event
     return []
 
 
+def held_out_format_drop(series: Series | None, drop: float | None) -> list[Event]:
+    """The first ``held_out_format_drop`` event of a held-out valid-format series (at most
+    one): a value more than ``drop`` below the best before it (None: switched off)."""
+    if series is None or drop is None:
+        return []
+    best = -np.inf
+    for step, value in zip(series.steps.tolist(), series.values.tolist(), strict=True):
+        if value < best - drop:
+            message = (
+                f"step {step}: held_out_format_drop: {HELD_OUT_FORMAT_KEY} {value:.4g} < best "
+                f"{best:.4g} − {drop:g}"
+            )
+            return [Event(step, "held_out_format_drop", message)]
+        best = max(best, value)
+    return []
+
+
 def detect(
     run: Run, rule: SuccessCollapse | None = None, monitor: Mapping[str, Any] | None = None
 ) -> Collapse:
-    """Both signatures on one run; ``monitor``: settings over the run's own (see
+    """The three sources on one run; ``monitor``: settings over the run's own (see
     :func:`monitor_overrides`)."""
-    events = replay_monitor(run, monitor_settings(run, monitor)) + success_collapse(
-        run.scalars.get(SUCCESS_KEY), rule or SuccessCollapse()
+    settings = monitor_settings(run, monitor)
+    held_out_drop = settings.format_drop if settings.enabled else None
+    events = (
+        replay_monitor(run, settings)
+        + success_collapse(run.scalars.get(SUCCESS_KEY), rule or SuccessCollapse())
+        + held_out_format_drop(run.scalars.get(HELD_OUT_FORMAT_KEY), held_out_drop)
     )
     return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))))
