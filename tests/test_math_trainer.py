@@ -111,6 +111,16 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     )
     assert "checkpoint step 0, 30 held-out episodes" in capsys.readouterr().out
     assert read_records(episodes) == read_records(held_out_path(tmp_path, 0))
+    # export --step 0: the cloned policy's weights, not the newest step's
+    from safetensors.numpy import load_file
+
+    for step in (0, 1):
+        out = tmp_path / f"hf{step}"
+        assert main(["export", str(tmp_path), "--step", str(step), "--out", str(out)]) == 0
+        assert f"exported checkpoint step {step} of {tmp_path}" in capsys.readouterr().out
+    cloned, trained = (load_file(tmp_path / f"hf{s}" / "model.safetensors") for s in (0, 1))
+    assert cloned.keys() == trained.keys()
+    assert any(not np.array_equal(cloned[k], trained[k]) for k in cloned)
 
 
 @pytest.mark.parametrize(

@@ -144,6 +144,15 @@ def test_eval_of_a_step_the_run_does_not_keep_is_one_line(tmp_path, capsys):
     assert err == "arlarena: --step 4 and --allow-untrained: choose one"
 
 
+def test_export_of_a_step_the_run_does_not_keep_is_one_line(tmp_path, capsys):
+    err = fails(["export", str(tmp_path / "nothing")], capsys)
+    assert err == f"arlarena: {tmp_path / 'nothing'} is not a run directory (no config.yaml)"
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)  # config.yaml and a step folder without a finished save
+    err = fails(["export", str(run_dir), "--step", "3"], capsys)
+    assert err == f"arlarena: --step 3: {run_dir / 'checkpoints'} has no valid step 3 (has [])"
+
+
 def test_build_model_turns_a_broken_file_into_a_config_error(tmp_path):
     path = model_dir(tmp_path)
     (path / "config.json").write_text("{not json")

@@ -127,22 +127,30 @@ def _train_and_report(config: Config) -> int:
     return 0
 
 
+def _check_chosen_step(run_dir: Path, step: int) -> None:
+    """One ConfigError line unless ``--step`` names a valid checkpoint of the run, listing the
+    ones it has."""
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train.checkpoint import verify_step
+
+    directory = run_dir / "checkpoints"
+    folders = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit())
+    have = [s for s in folders if verify_step(directory / str(s)) is None]
+    if step not in have:
+        raise ConfigError(f"--step {step}: {directory} has no valid step {step} (has {have})")
+
+
 def _eval_step(run_dir: Path, step: int | None, untrained: bool) -> None:
     """One ConfigError line when there is nothing to evaluate: no checkpoint (a typo?) unless
     ``--allow-untrained``, or no valid checkpoint ``--step``."""
     from arlarena_jax.errors import ConfigError
-    from arlarena_jax.train.checkpoint import verify_step
     from arlarena_jax.train.final import newest_checkpoint
 
-    directory = run_dir / "checkpoints"
     if step is not None:
-        folders = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit())
-        have = [s for s in folders if verify_step(directory / str(s)) is None]
         if untrained:
             raise ConfigError(f"--step {step} and --allow-untrained: choose one")
-        if step not in have:
-            raise ConfigError(f"--step {step}: {directory} has no valid step {step} (has {have})")
-    elif not untrained and newest_checkpoint(directory) is None:
+        _check_chosen_step(run_dir, step)
+    elif not untrained and newest_checkpoint(run_dir / "checkpoints") is None:
         raise ConfigError(
             f"config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
             "--allow-untrained evaluates the untrained model"
@@ -184,7 +192,8 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """Export a run's newest checkpoint as a Hugging Face directory (default ``RUN_DIR/hf``), from
+    """Export a run's newest checkpoint (``--step N``: that one) as a Hugging Face directory
+    (default ``RUN_DIR/hf``), from
     the run's own ``config.yaml``: any run, a sweep's included, exports on its own. LoRA
     adapters are merged into the weights; ``--peft DIR`` also writes them as a PEFT adapter."""
     from flax import nnx
@@ -200,8 +209,10 @@ def export_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml", [f"trainer.run_dir={run_dir}"])
     args.run_dir = str(run_dir)
+    if args.step is not None:
+        _check_chosen_step(run_dir, args.step)
     with Run(config, console=False) as run:
-        step = run.resume()
+        step = run.resume(args.step)
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to export")
         nnx.update(run.model, run.train_state().params)
@@ -253,6 +264,12 @@ def add_commands(commands) -> None:
     )
     export.add_argument("run_dir", help="a run directory (holds config.yaml and checkpoints/)")
     export.add_argument("--out", default=None, help="output directory (default: RUN_DIR/hf)")
+    export.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="export checkpoint step N instead of the newest (one the run kept)",
+    )
     export.add_argument(
         "--peft",
         default=None,
