@@ -193,9 +193,9 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """Export a run's newest checkpoint (``--step N``: that one) as a Hugging Face directory
-    (default ``RUN_DIR/hf``), from
-    the run's own ``config.yaml``: any run, a sweep's included, exports on its own. LoRA
-    adapters are merged into the weights; ``--peft DIR`` also writes them as a PEFT adapter."""
+    (default ``RUN_DIR/hf``), from the run's own ``config.yaml``: any run, a sweep's included,
+    exports on its own. LoRA adapters are merged into the weights; ``--peft DIR`` also writes
+    them as a PEFT adapter."""
     from flax import nnx
 
     from arlarena_jax.errors import ConfigError
