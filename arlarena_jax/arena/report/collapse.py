@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -170,22 +170,46 @@ def replay_monitor(run: Run, settings: MonitorSettings | None = None) -> list[Ev
     return events
 
 
+def first_fall(
+    steps: list[int], values: list[float], drop: float, min_best: float = -np.inf
+) -> tuple[int, float, float] | None:
+    """The first ``(step, value, best)`` with value < best − drop, best the maximum of the values
+    before it, once that best has reached ``min_best``; None if the values never fall so far."""
+    best = -np.inf
+    for step, value in zip(steps, values, strict=True):
+        if best >= min_best and value < best - drop:
+            return step, value, best
+        best = max(best, value)
+    return None
+
+
+def _fall_event(
+    kind: str, fall: tuple[int, float, float] | None, describe: Callable[[float, float], str]
+) -> list[Event]:
+    """``[Event]`` of a :func:`first_fall` (none without one); ``describe(value, best)``."""
+    if fall is None:
+        return []
+    step, value, best = fall
+    return [Event(step, kind, f"step {step}: {kind}: {describe(value, best)}")]
+
+
 def success_collapse(series: Series | None, rule: SuccessCollapse) -> list[Event]:
     """The first ``success_collapse`` event of a training-success series (at most one)."""
     if series is None or not len(series.steps):
         return []
     values = series.values
-    best = -np.inf
-    for i, step in enumerate(series.steps.tolist()):
-        mean = float(np.mean(values[max(0, i - rule.window + 1) : i + 1]))
-        if best >= rule.min_best and mean < best - rule.drop:
-            message = (
-                f"step {step}: success_collapse: {SUCCESS_KEY} mean over {rule.window} steps "
-                f"{mean:.3g} < best {best:.3g} − {rule.drop:g}"
-            )
-            return [Event(step, "success_collapse", message)]
-        best = max(best, mean)
-    return []
+    means = [
+        float(np.mean(values[max(0, i - rule.window + 1) : i + 1])) for i in range(len(values))
+    ]
+    fall = first_fall(series.steps.tolist(), means, rule.drop, rule.min_best)
+    return _fall_event(
+        "success_collapse",
+        fall,
+        lambda mean, best: (
+            f"{SUCCESS_KEY} mean over {rule.window} steps {mean:.3g} < best "
+            f"{best:.3g} − {rule.drop:g}"
+        ),
+    )
 
 
 def held_out_format_drop(series: Series | None, drop: float | None) -> list[Event]:
@@ -193,16 +217,12 @@ def held_out_format_drop(series: Series | None, drop: float | None) -> list[Even
     one): a value more than ``drop`` below the best before it (None: switched off)."""
     if series is None or drop is None:
         return []
-    best = -np.inf
-    for step, value in zip(series.steps.tolist(), series.values.tolist(), strict=True):
-        if value < best - drop:
-            message = (
-                f"step {step}: held_out_format_drop: {HELD_OUT_FORMAT_KEY} {value:.4g} < best "
-                f"{best:.4g} − {drop:g}"
-            )
-            return [Event(step, "held_out_format_drop", message)]
-        best = max(best, value)
-    return []
+    fall = first_fall(series.steps.tolist(), series.values.tolist(), drop)
+    return _fall_event(
+        "held_out_format_drop",
+        fall,
+        lambda value, best: f"{HELD_OUT_FORMAT_KEY} {value:.4g} < best {best:.4g} − {drop:g}",
+    )
 
 
 def detect(
