@@ -89,6 +89,9 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     for key in ("actor/pg_loss", "episode/success_rate", "episode/void_turn", "batch/rows"):
         assert math.isfinite(row[key]), key
     assert row["batch/rows"] == 4  # one trajectory row per episode
+    # packed widths: quarter-octave steps of at least 16 tokens
+    assert row["batch/prompt_width"] >= 16 and row["batch/response_width"] >= 16
+    assert row["batch/prompt_width"] % 16 == 0 and row["batch/response_width"] % 16 == 0
     final = summary.final_eval
     assert 0.0 <= final["val/aime2024/avg_at_1"] <= 1.0
     assert {"val/use_code", "val/void_turn", "val/turns"} <= set(final)

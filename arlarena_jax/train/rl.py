@@ -316,4 +316,7 @@ def update_policy(
     metrics |= _actor_metrics(setup.objective, history, setup.ppo_epochs)
     metrics.update({k: float(v) for k, v in prepare_metrics.items()})
     metrics.update(_batch_metrics(batch))
+    # the packed shape: each new (prompt, response) width pair compiles the passes once
+    metrics["batch/prompt_width"] = float(width)
+    metrics["batch/response_width"] = float(sequences.input_ids.shape[1] - width)
     return params, opt_state, objective_state, critic, metrics
