@@ -131,11 +131,10 @@ def _check_chosen_step(run_dir: Path, step: int) -> None:
     """One ConfigError line unless ``--step`` names a valid checkpoint of the run, listing the
     ones it has."""
     from arlarena_jax.errors import ConfigError
-    from arlarena_jax.train.checkpoint import verify_step
+    from arlarena_jax.train.final import valid_checkpoints
 
     directory = run_dir / "checkpoints"
-    folders = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit())
-    have = [s for s in folders if verify_step(directory / str(s)) is None]
+    have = valid_checkpoints(directory)
     if step not in have:
         raise ConfigError(f"--step {step}: {directory} has no valid step {step} (has {have})")
 

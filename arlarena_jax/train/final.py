@@ -44,13 +44,20 @@ def write_final(run_dir: str | Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def newest_checkpoint(directory: str | Path) -> int | None:
-    """The newest step folder of ``directory`` that verifies (metadata only; no arrays read)."""
+def valid_checkpoints(directory: str | Path) -> list[int]:
+    """The step folders of ``directory`` that verify (metadata only; no arrays read), oldest
+    first; none for a missing directory."""
     directory = Path(directory)
     if not directory.is_dir():
-        return None
-    steps = sorted((int(p.name) for p in directory.iterdir() if p.name.isdigit()), reverse=True)
-    return next((s for s in steps if verify_step(directory / str(s)) is None), None)
+        return []
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    return [s for s in steps if verify_step(directory / str(s)) is None]
+
+
+def newest_checkpoint(directory: str | Path) -> int | None:
+    """The newest step folder of ``directory`` that verifies (see :func:`valid_checkpoints`)."""
+    steps = valid_checkpoints(directory)
+    return steps[-1] if steps else None
 
 
 def complete_record(run_dir: str | Path, total_steps: int, export_hf: bool) -> dict | None:
