@@ -4,6 +4,7 @@ them; copied back, the sweep runs only the rest and clones no start that only ke
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -85,6 +86,55 @@ def test_kept_runs_copied_back_are_not_run_again_nor_is_their_start(tmp_path):
     assert todo() == [grpo.start.name, sapo.name]
     finished(sapo.run_dir)
     assert todo() == []
+
+
+def test_a_kept_start_copied_back_without_its_policy_is_cloned_again(tmp_path, monkeypatch):
+    """The start's own kept results copied back too (done, no step-0 checkpoint): the run still
+    to do needs its cloned policy, so the sweep clones the start again (its state reset to new,
+    saying why) instead of failing the run on a missing policy; cloned again, only the run is
+    left."""
+    from arlarena_jax.arena import sweep
+    from arlarena_jax.train.config import resolve
+    from arlarena_jax.train.config_io import dump_config
+    from arlarena_jax.train.start import cloned_policy
+
+    path = sweep_file(tmp_path, "methods: [grpo, sapo]\n")
+    runs = plan.plan(spec.load_sweep(path))
+    grpo, sapo = runs
+    finished(grpo.run_dir)
+    dump_config(resolve(grpo.config), grpo.run_dir / "config.yaml")  # the sweep checks it
+    finished(grpo.start.run_dir)  # a start keeps no step 0 here: its policy is lost on copy
+    for root in ("runs", "starts"):
+        keep_results(tmp_path / root, tmp_path / "kept" / root)
+        shutil.rmtree(tmp_path / root)
+        shutil.copytree(tmp_path / "kept" / root, tmp_path / root)
+    assert jobs.read_state(grpo.start.run_dir)["state"] == "done"
+
+    def todo() -> list[str]:
+        return [job.name for job in to_run(jobs_of(runs), retry_failed=False)]
+
+    assert todo() == [grpo.start.name, sapo.name]
+    seen = {}
+
+    class Recorder:  # runs nothing: what the executor would be given, and the start's state
+        def run(self, todo, _progress, _dirs):
+            seen["jobs"] = [job.name for job in todo]
+            seen["start"] = jobs.read_state(grpo.start.run_dir)
+            return 0
+
+    monkeypatch.setattr(sweep, "_executor", lambda *_: Recorder())
+    args = argparse.Namespace(
+        sweep=path, out=None, dry_run=False, retry_failed=False, executor="local", workers=1
+    )
+    sweep.sweep_command(args)
+    assert seen["jobs"] == [grpo.start.name, sapo.name]
+    assert seen["start"]["state"] == "new"
+    assert "commit_success.txt is gone" in seen["start"]["previous_error"]
+    marker = cloned_policy(grpo.start.run_dir)
+    marker.parent.mkdir(parents=True)
+    marker.write_text("")
+    jobs.write_state(grpo.start.run_dir, state="done")  # as the clone leaves it
+    assert todo() == [sapo.name]
 
 
 def test_the_command_prints_what_it_kept(tmp_path, capsys):

@@ -40,12 +40,22 @@ STATES = ("new", "queued", "running", "done", "stopped", "failed", "interrupted"
 class Job:
     """One command of a sweep: a shared start (``arlarena sft``), a run (``arlarena train``) or
     an evaluation of a done run (``arlarena eval-run``). ``needs``: the names of jobs that must be
-    done before it starts."""
+    done before it starts. ``product``: a file the jobs that need it read (a start's cloned
+    policy), which "done" also takes to exist."""
 
     name: str
     command: tuple[str, ...]
     run_dir: Path
     needs: tuple[str, ...] = ()
+    product: Path | None = None
+
+
+def lost_product(job: Job) -> bool:
+    """Done, but its product is gone: e.g. a start whose results ``arlarena keep-results`` kept
+    (without checkpoints) and that was copied back under ``runs/``."""
+    if job.product is None or job.product.is_file():
+        return False
+    return read_state(job.run_dir)["state"] == "done"
 
 
 def read_state(run_dir: Path) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from arlarena_jax.arena import plan as planning
-from arlarena_jax.arena.jobs import EXIT_STOPPED, Job, read_state, write_state
+from arlarena_jax.arena.jobs import EXIT_STOPPED, Job, lost_product, read_state, write_state
 from arlarena_jax.arena.progress import Progress
 from arlarena_jax.arena.spec import SweepSpec, load_sweep
+from arlarena_jax.train.start import cloned_policy
 
 
 def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
@@ -40,7 +41,10 @@ def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
             needs = (run.start.name,)
             if run.start.name not in placed:
                 placed.add(run.start.name)
-                jobs.append(Job(run.start.name, run.start.command(), run.start.run_dir))
+                product = cloned_policy(run.start.run_dir)
+                jobs.append(
+                    Job(run.start.name, run.start.command(), run.start.run_dir, (), product)
+                )
         jobs.append(Job(run.name, run.command(), run.run_dir, needs))
         jobs += [Job(e.job_name, e.command(), e.job_dir, (e.run_name,)) for e in run.evaluations]
     return jobs
@@ -51,11 +55,12 @@ def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") 
     another process is left to it; the SLURM executor gets queued and running jobs too: it
     waits for those SLURM still knows and submits again those it lost. A job that other jobs
     need (a shared start) is not run when none of them is left: e.g. runs kept by
-    ``arlarena keep-results`` and copied back, their start's checkpoints gone."""
+    ``arlarena keep-results`` and copied back, their start's checkpoints gone; a done start
+    whose cloned policy is gone (its kept results copied back too) is run again when needed."""
     skip = {"done"} | ({"failed"} if not retry_failed else set())
     if executor == "local":
         skip |= {"running", "queued"}
-    todo = [job for job in jobs if read_state(job.run_dir)["state"] not in skip]
+    todo = [j for j in jobs if read_state(j.run_dir)["state"] not in skip or lost_product(j)]
     serving = {name for job in jobs for name in job.needs}
     needed = {name for job in todo for name in job.needs}
     return [job for job in todo if job.name not in serving or job.name in needed]
@@ -154,6 +159,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         record = read_state(job.run_dir)
         if record["state"] == "failed":
             write_state(job.run_dir, state="new", previous_error=record.get("error", "?"))
+        elif lost_product(job):
+            write_state(job.run_dir, state="new", previous_error=f"done, but {job.product} is gone")
     skipped = len(jobs) - len(todo)
     if skipped:
         print(f"sweep: {skipped} job(s) done, failed, running elsewhere or not needed: not run")

@@ -113,6 +113,11 @@ def equivalent_start(parent: Path, config: Config) -> Path | None:
     return None
 
 
+def cloned_policy(directory: Path) -> Path:
+    """The file that marks a start's cloned policy as saved (its step-0 checkpoint's commit)."""
+    return Path(directory) / "checkpoints" / str(START_STEP) / "commit_success.txt"
+
+
 def check_start(config: Config) -> None:
     """``sft.init_from`` (when set) is a finished start cloned with this config's cloning
     settings; otherwise one :class:`ConfigError` line naming the key or the missing piece."""
@@ -126,7 +131,7 @@ def check_start(config: Config) -> None:
     stored_file = directory / "config.yaml"
     if not stored_file.is_file():
         raise ConfigError(f"{where}: {directory} is not a run directory (no config.yaml)")
-    if not (directory / "checkpoints" / str(START_STEP) / "commit_success.txt").is_file():
+    if not cloned_policy(directory).is_file():
         raise ConfigError(
             f"{where}: {directory} has no cloned policy (no checkpoint step {START_STEP}); "
             f"run `arlarena sft` there first"
