@@ -229,29 +229,31 @@ def test_reductions_mask_invalid_entries():
         reduce_stacked({"x": values}, {})
 
 
-def test_rollout_batch_layout():
-    def row(i, prompt, response):
-        return TurnRow(
-            prompt_ids=prompt,
-            response_ids=response,
-            log_probs=[-0.5] * len(response),
-            prompt="p",
-            response="r",
-            group=0,
-            trajectory=i,
-            env_index=i,
-            turn=0,
-            anchor="a",
-            action=0,
-            reward=1.0,
-            action_valid=True,
-            format_valid=True,
-            data_source="text",
-            info={},
-            episode_return=1.0,
-            episode_length=1,
-        )
+def row(i: int, prompt: list[int], response: list[int]) -> TurnRow:
+    """One turn row of trajectory ``i`` with these token ids."""
+    return TurnRow(
+        prompt_ids=prompt,
+        response_ids=response,
+        log_probs=[-0.5] * len(response),
+        prompt="p",
+        response="r",
+        group=0,
+        trajectory=i,
+        env_index=i,
+        turn=0,
+        anchor="a",
+        action=0,
+        reward=1.0,
+        action_valid=True,
+        format_valid=True,
+        data_source="text",
+        info={},
+        episode_return=1.0,
+        episode_length=1,
+    )
 
+
+def test_rollout_batch_layout():
     rollout = Rollout([row(0, [1, 2, 3], [4, 5]), row(1, [6], [])], [], 2, "sokoban")
     sequences, batch = rollout_batch(rollout, mini_batch_size=4, prompt_length=4, response_length=3)
     np.testing.assert_array_equal(
@@ -277,6 +279,24 @@ def test_bucket_lengths_step_by_quarter_octaves():
     assert {n: bucket_length(n) for n in expected} == expected
     assert all(bucket_length(n) >= n for n in range(1, 3000))
     assert all(bucket_length(n) <= 1.25 * n for n in range(64, 3000))  # step <= n / 4 from 64
+
+
+def test_a_batch_is_packed_to_the_buckets_of_its_longest_prompt_and_response():
+    """Widths from the longest row, each rounded up by bucket_length (prompt 65 -> 80, response
+    20 -> 32, independently of which row holds them) and capped by the configured lengths."""
+    from types import SimpleNamespace
+
+    from arlarena_jax.train.rl import _pack
+
+    rows = [row(0, [1] * 65, [2] * 3), row(1, [3] * 10, [4] * 20)]
+    rollout = Rollout(rows, [], 2, "text")
+    objective = SimpleNamespace(anchor_similarity=None)
+    setup = SimpleNamespace(objective=objective, prompt_length=512, response_length=64, pad_id=0)
+    sequences, _batch, width = _pack(setup, rollout, mini_batch_size=2)
+    assert (width, sequences.input_ids.shape) == (80, (2, 80 + 32))
+    capped = SimpleNamespace(objective=objective, prompt_length=72, response_length=24, pad_id=0)
+    sequences, _batch, width = _pack(capped, rollout, mini_batch_size=2)
+    assert (width, sequences.input_ids.shape) == (72, (2, 72 + 24))
 
 
 @pytest.mark.parametrize("reuse", [False, True])

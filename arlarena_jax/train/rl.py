@@ -37,7 +37,8 @@ from envs.text import TaskFormat
 class UpdateSetup:
     """The update pieces. ``update(P)`` and ``log_probs(P)`` build (and cache) the jitted
     functions for rows packed with a prompt width of P tokens; each batch is packed to the
-    smallest power-of-two widths holding its longest prompt and response (at most
+    smallest bucketed widths (``bucket_length``: quarter-octave steps of at least 16 tokens)
+    holding its longest prompt and response (at most
     ``prompt_length`` and ``response_length``), so short prompts cost short rows and only a few
     shapes ever compile."""
 
@@ -161,8 +162,8 @@ def sampler_trainer_kl(trainer_lp, sampler_lp, mask) -> dict[str, float]:
 
 
 def _pack(setup: UpdateSetup, rollout: Rollout, mini_batch_size: int):
-    """(sequences, batch, prompt width) with the rollout packed to the smallest power-of-two
-    widths that hold its longest prompt and response."""
+    """(sequences, batch, prompt width) with the rollout packed to the smallest bucketed widths
+    (``bucket_length``) that hold its longest prompt and response, capped by the setup's."""
     longest_prompt = max((len(r.prompt_ids) for r in rollout.rows), default=1)
     longest_response = max((len(r.response_ids) for r in rollout.rows), default=1)
     prompt_length = min(bucket_length(longest_prompt), setup.prompt_length)
