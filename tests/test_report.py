@@ -590,6 +590,21 @@ def test_a_staleness_sweep_gets_its_kl_and_staleness_plots(tmp_path: Path):
     assert "](plots/sokoban-async_staleness_mean.png)" in md
 
 
+def test_a_held_out_success_drop_is_a_collapse(tmp_path: Path):
+    """Held-out success at steps 0, 8, 16: 0.297, 0.453, 0.0 (the arena's GRPO seed 1 with its
+    step-14 evaluation as step 8). 0.0 is 0.453 below the best before it, past the rule's drop
+    0.25; a drop of 0.5 or a min_best of 0.5 lets it pass; a fall of 0.2 is no event."""
+    scalars = {"val/success_rate": {0: 0.297, 8: 0.453, 16: 0.0}}
+    run = load_run(make_run(tmp_path, "r", scalars=scalars))
+    collapse = detect(run)
+    assert (collapse.first_step, collapse.kinds) == (16, ["held_out_success_drop"])
+    assert "val/success_rate 0 < best 0.453 − 0.25" in collapse.events[0].message
+    assert detect(run, rule=SuccessCollapse(drop=0.5)).events == ()
+    assert detect(run, rule=SuccessCollapse(min_best=0.5)).events == ()
+    mild = {"val/success_rate": {0: 0.5, 16: 0.3}}
+    assert detect(load_run(make_run(tmp_path, "mild", scalars=mild))).events == ()
+
+
 def test_a_held_out_format_drop_is_a_collapse(tmp_path: Path):
     """The held-out valid-format ratio at steps 0, 8, 16: 1.0, 0.9, 0.177 (the arena's GRPO seed
     1 at step 16). 0.9 is 0.1 below the best, within format_drop 0.15; 0.177 is 0.823 below."""

@@ -1,6 +1,6 @@
 """Training collapse, recomputed offline from the logged metrics (older runs work too).
 
-Three sources of events, each with the step it fires at:
+Four sources of events, each with the step it fires at:
 
 - the trainer's :class:`~arlarena_jax.train.monitor.StabilityMonitor`, replayed: a fresh monitor
   (the run config's ``monitor`` section, defaults where absent) observes each logged RL step's
@@ -14,6 +14,11 @@ Three sources of events, each with the step it fires at:
   (``val/valid_response_format_ratio``) falls more than the monitor's ``format_drop`` below its
   best so far (step 0, the start, included). The trainer's monitor reads each step's rollout,
   made before that step's update, so a policy broken by the last updates shows only here.
+- ``held_out_success_drop``: a held-out evaluation's success (``val/success_rate``) falls more
+  than the success rule's ``drop`` below the best evaluation before it (the start's included),
+  once that best has reached ``min_best``. A real model's training batches are small (8 episodes
+  a step): its training success is too noisy to judge alone, while an evaluation of 64 games is
+  the policy the run hands on.
 
 A run *collapsed* when a signature of a broken policy fired (:data:`COLLAPSE_KINDS`: its success,
 valid format, numerics or entropy went); its first step and kinds are reported. The other events
@@ -38,9 +43,11 @@ from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 
 SUCCESS_KEY = "episode/success_rate"
 HELD_OUT_FORMAT_KEY = "val/valid_response_format_ratio"
+HELD_OUT_SUCCESS_KEY = "val/success_rate"
 COLLAPSE_KINDS = frozenset(
     {
         "success_collapse",
+        "held_out_success_drop",
         "format_drop",
         "held_out_format_drop",
         "nonfinite",
@@ -225,16 +232,32 @@ def held_out_format_drop(series: Series | None, drop: float | None) -> list[Even
     )
 
 
+def held_out_success_drop(series: Series | None, rule: SuccessCollapse) -> list[Event]:
+    """The first ``held_out_success_drop`` event of a held-out success series (at most one): a
+    value more than ``rule.drop`` below the best before it, once that best reached
+    ``rule.min_best``."""
+    if series is None:
+        return []
+    fall = first_fall(series.steps.tolist(), series.values.tolist(), rule.drop, rule.min_best)
+    return _fall_event(
+        "held_out_success_drop",
+        fall,
+        lambda value, best: f"{HELD_OUT_SUCCESS_KEY} {value:.4g} < best {best:.4g} − {rule.drop:g}",
+    )
+
+
 def detect(
     run: Run, rule: SuccessCollapse | None = None, monitor: Mapping[str, Any] | None = None
 ) -> Collapse:
-    """The three sources on one run; ``monitor``: settings over the run's own (see
+    """The four sources on one run; ``monitor``: settings over the run's own (see
     :func:`monitor_overrides`)."""
     settings = monitor_settings(run, monitor)
     held_out_drop = settings.format_drop if settings.enabled else None
+    rule = rule or SuccessCollapse()
     events = (
         replay_monitor(run, settings)
-        + success_collapse(run.scalars.get(SUCCESS_KEY), rule or SuccessCollapse())
+        + success_collapse(run.scalars.get(SUCCESS_KEY), rule)
         + held_out_format_drop(run.scalars.get(HELD_OUT_FORMAT_KEY), held_out_drop)
+        + held_out_success_drop(run.scalars.get(HELD_OUT_SUCCESS_KEY), rule)
     )
     return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))))

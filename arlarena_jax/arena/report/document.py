@@ -160,7 +160,9 @@ def definitions(report: Report) -> Bullets:
             f"{rule.window} steps falls more than {rule.drop * 100:g} points below its best so "
             f"far, once that best reached {rule.min_best * 100:g}%, and held_out_format_drop: "
             "the held-out valid-format ratio falls more than the monitor's format_drop below its "
-            "best so far (the start's included). A collapse is "
+            "best so far (the start's included), and held_out_success_drop: the held-out success "
+            f"falls more than {rule.drop * 100:g} points below its best so far (the start's "
+            f"included), once that best reached {rule.min_best * 100:g}%. A collapse is "
             f"{', '.join(sorted(COLLAPSE_KINDS))}; the other events (KL or log-ratio drift, "
             "gradient-norm spikes, high clip fraction) are warnings.",
             "Plots: the mean over seeds at each step (seeds that logged it); the band spans the "
