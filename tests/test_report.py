@@ -19,7 +19,9 @@ from tensorboardX import SummaryWriter
 
 from arlarena_jax.arena.report import add_command, build_report
 from arlarena_jax.arena.report.collapse import (
+    COLLAPSE_KINDS,
     SuccessCollapse,
+    collapse_kinds,
     detect,
     monitor_overrides,
     success_collapse,
@@ -616,3 +618,39 @@ def test_a_held_out_format_drop_is_a_collapse(tmp_path: Path):
     assert detect(run, monitor=monitor_overrides(["format_drop=0.9"])).events == ()
     assert detect(run, monitor=monitor_overrides(["format_drop=null"])).events == ()
     assert detect(run, monitor=monitor_overrides(["enabled=false"])).events == ()
+
+
+def test_the_report_chooses_which_kinds_are_a_collapse(tmp_path: Path):
+    """Entropy 0.3 -> 0.05 (an entropy_collapse by default: < 0.2 x 0.3) in a run whose
+    held-out success rises 0.3 -> 0.5, and a second run whose held-out success falls
+    0.3 -> 0.0 (a held_out_success_drop). Judged on the held-out kinds only, the first run's
+    entropy event becomes a warning and only the second run collapsed."""
+    entropy = {s: 0.3 if s < 8 else 0.05 for s in range(1, 13)}
+    runs = tmp_path / "runs"
+    rising = {"actor/entropy": entropy, "val/success_rate": {0: 0.3, 12: 0.5}}
+    falling = {"actor/entropy": entropy, "val/success_rate": {0: 0.3, 12: 0.0}}
+    make_run(runs, "grpo_seed0", scalars=rising)
+    make_run(runs, "grpo_seed1", seed=1, scalars=falling)
+    held_out = collapse_kinds(["held_out_success_drop, held_out_format_drop"])
+    assert held_out == {"held_out_success_drop", "held_out_format_drop"}
+    assert collapse_kinds([]) == COLLAPSE_KINDS
+    assert collapse_kinds(["kl_drift", "nonfinite"]) == {"kl_drift", "nonfinite"}
+    with pytest.raises(ConfigError, match="collapse kinds: unknown entropy_colapse; known: "):
+        collapse_kinds(["entropy_colapse"])
+    run = load_run(runs / "grpo_seed0")
+    assert detect(run).kinds == ["entropy_collapse"]
+    judged = detect(run, kinds=held_out)
+    assert (judged.collapsed, judged.warning_kinds) == (False, ["entropy_collapse"])
+
+    out = tmp_path / "report"
+    parser = argparse.ArgumentParser(prog="arlarena")
+    add_command(parser.add_subparsers())
+    argv = ["report", str(runs), "-o", str(out), "--no-plots"]
+    args = parser.parse_args([*argv, "--collapse-on", "held_out_success_drop"])
+    assert args.handler(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["collapse_on"] == ["held_out_success_drop"]
+    judged_runs = {r["seed"]: (r["collapsed"], r["collapse_kinds"]) for r in summary["runs"]}
+    assert judged_runs == {0: (False, []), 1: (True, ["held_out_success_drop"])}
+    assert summary["groups"][0]["collapsed_seeds"] == 1
+    assert "A collapse is held_out_success_drop; the other" in (out / "report.md").read_text()

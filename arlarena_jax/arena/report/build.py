@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.arena.report.collapse import SuccessCollapse, detect
+from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, SuccessCollapse, detect
 from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.model import Report
 from arlarena_jax.arena.report.plots import plot_all
@@ -36,24 +36,26 @@ def build_report(
     embed_images: bool = False,
     ignore_keys: Iterable[str] = (),
     monitor: Mapping[str, Any] | None = None,
+    collapse_on: frozenset[str] = COLLAPSE_KINDS,
 ) -> Report:
     """Read every run at or below ``paths`` and write the report into ``out``: report.md,
     report.html, summary.json, runs.csv and plots/*.png (``plots=False``: no figures).
     ``ignore_keys``: dotted config keys that do not set groups apart (besides the seed, the run
     directory and the cloned start). ``monitor``: stability-monitor settings over each run's own
-    for the replay (:func:`~arlarena_jax.arena.report.collapse.monitor_overrides`)."""
+    for the replay (:func:`~arlarena_jax.arena.report.collapse.monitor_overrides`).
+    ``collapse_on``: the event kinds that count as a collapse (the others are warnings)."""
     base = baseline_key(baseline)
     runs = load_runs(paths)
     rule = rule or SuccessCollapse()
     monitor = dict(monitor or {})
-    collapses = {str(r.path): detect(r, rule, monitor) for r in runs}
+    collapses = {str(r.path): detect(r, rule, monitor, collapse_on) for r in runs}
     groups = group_runs(runs, ignore_keys)
     collapsed = {path: c.collapsed for path, c in collapses.items()}
     warned = {path: bool(c.warning_kinds) for path, c in collapses.items()}
     rows = build_rows(groups, collapsed, base, warned)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor)
+    report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor, collapse_on)
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
         report.plots = plot_all(groups, out / "plots", marks)

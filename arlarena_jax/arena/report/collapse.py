@@ -23,7 +23,10 @@ Four sources of events, each with the step it fires at:
 A run *collapsed* when a signature of a broken policy fired (:data:`COLLAPSE_KINDS`: its success,
 valid format, numerics or entropy went); its first step and kinds are reported. The other events
 (KL or log-ratio drift, gradient-norm spikes, a high clip fraction) are *warnings*: they often come
-before a collapse, but a run can drift and recover, so they are reported apart.
+before a collapse, but a run can drift and recover, so they are reported apart. Which kinds count
+as a collapse can be chosen (:func:`collapse_kinds`, the report's ``--collapse-on``): a real
+model's small training batches trip the training-signal kinds in runs that end well, while the
+held-out kinds judge the policy a run hands on.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import yaml
 from arlarena_jax.arena.report.events import Series
 from arlarena_jax.arena.report.runs import NOT_TRAINING, Run
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.monitor import KINDS as MONITOR_KINDS
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 
 SUCCESS_KEY = "episode/success_rate"
@@ -55,6 +59,8 @@ COLLAPSE_KINDS = frozenset(
         "entropy_blowup",
     }
 )
+OFFLINE_KINDS = ("success_collapse", "held_out_format_drop", "held_out_success_drop")
+EVENT_KINDS = (*MONITOR_KINDS, *OFFLINE_KINDS)  # every kind :func:`detect` can report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +91,14 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class Collapse:
     """A run's events. ``first_step`` and ``kinds`` (in order of first firing) summarise its
-    collapse events, ``first_warning_step`` and ``warning_kinds`` the others."""
+    collapse events (those of ``collapse_kinds``), ``first_warning_step`` and ``warning_kinds``
+    the others."""
 
     events: tuple[Event, ...]
+    collapse_kinds: frozenset[str] = COLLAPSE_KINDS
 
     def _of(self, collapse: bool) -> list[Event]:
-        chosen = [e for e in self.events if (e.kind in COLLAPSE_KINDS) == collapse]
+        chosen = [e for e in self.events if (e.kind in self.collapse_kinds) == collapse]
         return sorted(chosen, key=lambda e: e.step)
 
     @property
@@ -117,6 +125,19 @@ class Collapse:
 def _lists_as_tuples(values: Mapping[str, Any]) -> dict[str, Any]:
     """YAML lists as tuples (MonitorSettings' sequence fields are tuples)."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def collapse_kinds(names: Iterable[str]) -> frozenset[str]:
+    """The event kinds that count as a collapse, from names or comma-separated lists of them
+    (none given: :data:`COLLAPSE_KINDS`). An unknown kind raises one ConfigError naming it and
+    the known ones."""
+    chosen = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in EVENT_KINDS]
+    if unknown:
+        raise ConfigError(
+            f"collapse kinds: unknown {', '.join(unknown)}; known: {', '.join(EVENT_KINDS)}"
+        )
+    return frozenset(chosen) if chosen else COLLAPSE_KINDS
 
 
 def monitor_overrides(items: Iterable[str]) -> dict[str, Any]:
@@ -247,10 +268,13 @@ def held_out_success_drop(series: Series | None, rule: SuccessCollapse) -> list[
 
 
 def detect(
-    run: Run, rule: SuccessCollapse | None = None, monitor: Mapping[str, Any] | None = None
+    run: Run,
+    rule: SuccessCollapse | None = None,
+    monitor: Mapping[str, Any] | None = None,
+    kinds: frozenset[str] = COLLAPSE_KINDS,
 ) -> Collapse:
     """The four sources on one run; ``monitor``: settings over the run's own (see
-    :func:`monitor_overrides`)."""
+    :func:`monitor_overrides`); ``kinds``: the event kinds that count as a collapse."""
     settings = monitor_settings(run, monitor)
     held_out_drop = settings.format_drop if settings.enabled else None
     rule = rule or SuccessCollapse()
@@ -260,4 +284,4 @@ def detect(
         + held_out_format_drop(run.scalars.get(HELD_OUT_FORMAT_KEY), held_out_drop)
         + held_out_success_drop(run.scalars.get(HELD_OUT_SUCCESS_KEY), rule)
     )
-    return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))))
+    return Collapse(tuple(sorted(events, key=lambda e: (e.step, e.kind))), kinds)

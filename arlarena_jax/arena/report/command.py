@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from arlarena_jax.arena.report.collapse import SuccessCollapse, monitor_overrides
+from arlarena_jax.arena.report.collapse import (
+    COLLAPSE_KINDS,
+    SuccessCollapse,
+    collapse_kinds,
+    monitor_overrides,
+)
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -23,6 +28,7 @@ def report_command(args: argparse.Namespace) -> int:
         embed_images=args.embed_images,
         ignore_keys=args.ignore_key,
         monitor=monitor_overrides(args.monitor),
+        collapse_on=collapse_kinds(args.collapse_on),
     )
     for row in report.rows:
         final = row.success["final"].mean
@@ -59,6 +65,15 @@ def add_command(commands) -> None:
         metavar="SETTING=VALUE",
         help="a stability-monitor threshold for the replay, over each run's own (repeatable; "
         "e.g. entropy_collapse_fraction=0.05 or kl_bound=null: null switches a detector off)",
+    )
+    sub.add_argument(
+        "--collapse-on",
+        action="append",
+        default=[],
+        metavar="KIND",
+        help="an event kind that counts as a collapse, the others being warnings (repeatable or "
+        "comma-separated; e.g. held_out_success_drop,held_out_format_drop to judge runs by their "
+        f"held-out evaluations; default {','.join(sorted(COLLAPSE_KINDS))})",
     )
     sub.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     sub.add_argument(

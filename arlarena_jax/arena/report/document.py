@@ -6,7 +6,6 @@ import dataclasses
 import datetime
 from collections.abc import Sequence
 
-from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
 from arlarena_jax.arena.report.table import (
@@ -163,8 +162,7 @@ def definitions(report: Report) -> Bullets:
             "best so far (the start's included), and held_out_success_drop: the held-out success "
             f"falls more than {rule.drop * 100:g} points below its best so far (the start's "
             f"included), once that best reached {rule.min_best * 100:g}%. A collapse is "
-            f"{', '.join(sorted(COLLAPSE_KINDS))}; the other events (KL or log-ratio drift, "
-            "gradient-norm spikes, high clip fraction) are warnings.",
+            f"{', '.join(sorted(report.collapse_on))}; the other events are warnings.",
             "Plots: the mean over seeds at each step (seeds that logged it); the band spans the "
             "seeds' min to max; dotted lines mark a seed's first collapse event.",
         )

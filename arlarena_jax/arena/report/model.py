@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.arena.report.collapse import Collapse, SuccessCollapse
+from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, Collapse, SuccessCollapse
 from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.plots import Plot
 from arlarena_jax.arena.report.runs import Run
@@ -28,6 +28,7 @@ class Report:
     rows: list[Row]
     collapses: dict[str, Collapse]  # by str(run.path)
     monitor: dict[str, Any] = dataclasses.field(default_factory=dict)  # over each run's own
+    collapse_on: frozenset[str] = COLLAPSE_KINDS  # the event kinds that count as a collapse
     plots: list[Plot] = dataclasses.field(default_factory=list)
     files: list[Path] = dataclasses.field(default_factory=list)
 

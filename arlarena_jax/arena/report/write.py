@@ -55,6 +55,7 @@ def write_summary(report: Report, path: Path) -> None:
         "monitor_overrides": {
             k: list(v) if isinstance(v, tuple) else v for k, v in report.monitor.items()
         },
+        "collapse_on": sorted(report.collapse_on),
         "groups": [row_record(r) for r in report.rows],
         "runs": run_records(report),
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
