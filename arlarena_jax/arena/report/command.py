@@ -81,6 +81,12 @@ def add_command(commands) -> None:
         action="store_true",
         help="embed the PNGs in report.html (data URIs) instead of linking plots/*.png",
     )
+    _add_success_rule(sub)
+    sub.set_defaults(handler=report_command)
+
+
+def _add_success_rule(sub) -> None:
+    """The ``success_collapse`` thresholds, defaulting to :class:`SuccessCollapse`'s."""
     rule = SuccessCollapse()
     sub.add_argument(
         "--success-drop",
@@ -101,4 +107,3 @@ def add_command(commands) -> None:
         default=rule.window,
         help=f"success_collapse: logged steps averaged (default {rule.window})",
     )
-    sub.set_defaults(handler=report_command)
