@@ -37,6 +37,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TOL = 1e-6  # event files store float32: values like 0.4 come back within ~1e-8
 
 
+def report_cli(*argv: str) -> int:
+    """``arlarena report ARGV...`` through the subcommand's own parser; its exit status."""
+    parser = argparse.ArgumentParser(prog="arlarena")
+    add_command(parser.add_subparsers())
+    args = parser.parse_args(["report", *argv])
+    return args.handler(args)
+
+
 def make_run(
     root: Path,
     name: str,
@@ -363,11 +371,8 @@ def test_the_report_s_monitor_settings_go_over_the_run_s(tmp_path: Path, capsys)
             monitor_overrides([item])
 
     out = tmp_path / "report"
-    parser = argparse.ArgumentParser(prog="arlarena")
-    add_command(parser.add_subparsers())
-    argv = ["report", str(runs), "-o", str(out), "--no-plots"]
-    args = parser.parse_args([*argv, "--monitor", "entropy_collapse_fraction=0.1"])
-    assert args.handler(args) == 0
+    argv = [str(runs), "-o", str(out), "--no-plots"]
+    assert report_cli(*argv, "--monitor", "entropy_collapse_fraction=0.1") == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["monitor_overrides"] == {"entropy_collapse_fraction": 0.1}
     record = summary["runs"][0]
@@ -449,10 +454,7 @@ def test_the_written_report(tmp_path: Path, capsys):
     )
     make_run(runs, "sampo_seed0", method="sampo", scalars=val(0.6), texts={3: "step 3: x"})
     out = tmp_path / "report"
-    parser = argparse.ArgumentParser(prog="arlarena")
-    add_command(parser.add_subparsers())
-    args = parser.parse_args(["report", str(runs), "-o", str(out), "--title", "T <&>"])
-    assert args.handler(args) == 0
+    assert report_cli(str(runs), "-o", str(out), "--title", "T <&>") == 0
     assert "wrote" in capsys.readouterr().out
 
     html = (out / "report.html").read_text()
@@ -643,11 +645,8 @@ def test_the_report_chooses_which_kinds_are_a_collapse(tmp_path: Path):
     assert (judged.collapsed, judged.warning_kinds) == (False, ["entropy_collapse"])
 
     out = tmp_path / "report"
-    parser = argparse.ArgumentParser(prog="arlarena")
-    add_command(parser.add_subparsers())
-    argv = ["report", str(runs), "-o", str(out), "--no-plots"]
-    args = parser.parse_args([*argv, "--collapse-on", "held_out_success_drop"])
-    assert args.handler(args) == 0
+    argv = [str(runs), "-o", str(out), "--no-plots"]
+    assert report_cli(*argv, "--collapse-on", "held_out_success_drop") == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["collapse_on"] == ["held_out_success_drop"]
     judged_runs = {r["seed"]: (r["collapsed"], r["collapse_kinds"]) for r in summary["runs"]}
