@@ -98,8 +98,8 @@ def cluster():
         assert started.returncode == 0, f"{started.stdout}{started.stderr}"
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("SLURM_CONF", str(state / "slurm.conf"))
-            # the jobs' environment comes from the submitter: share compiled programs between them
-            patch.setenv("JAX_COMPILATION_CACHE_DIR", str(state / "jax-cache"))
+            # the jobs' environment comes from the submitter's (sbatch --export=ALL), so their
+            # `arlarena` processes share the suite's compilation cache ($ARLARENA_XLA_CACHE)
             yield state / "slurm.conf"
     finally:
         subprocess.run([str(SCRIPT), "stop", str(state)], timeout=60, check=False)
