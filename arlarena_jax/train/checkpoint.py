@@ -66,13 +66,14 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as keep_pol
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as save_policy
 from tensorboardX.crc32c import crc32c
 
+from arlarena_jax.train.layout import COMMIT_MARKER
+
 PyTree = Any
 log = logging.getLogger(__name__)
 
 ITEMS = ("state", "host", "meta")
 QUARANTINE = "quarantine"  # invalid step folders, moved aside for a person to inspect
 DELETING = ".deleting"  # pruned steps, renamed here and then removed
-_COMMIT_MARKER = "commit_success.txt"
 _MANIFEST_MAGIC, _NODE_MAGIC = 0x0CDB3A2A, 0x0CDB20DE  # OCDBT manifest / B-tree and version nodes
 
 
@@ -251,7 +252,7 @@ def _check_state(state: epath.Path) -> None:
 def _check_step(path: epath.Path) -> None:
     if not path.is_dir():
         raise _Invalid("not a directory")
-    if not (path / _COMMIT_MARKER).exists():
+    if not (path / COMMIT_MARKER).exists():
         raise _Invalid("no commit marker")
     if not _json(path / "_CHECKPOINT_METADATA", "checkpoint metadata").get(
         "commit_timestamp_nsecs"

@@ -20,6 +20,7 @@ from pathlib import Path
 from arlarena_jax.train.config import DEVICE_COUNT, Config, ignored_env_keys, resolve
 from arlarena_jax.train.config_io import dumps_config, load_config
 from arlarena_jax.train.distributed import distributed_settings, initialize_if_distributed
+from arlarena_jax.train.layout import checkpoints_dir
 
 
 @contextlib.contextmanager
@@ -133,7 +134,7 @@ def _check_chosen_step(run_dir: Path, step: int) -> None:
     from arlarena_jax.errors import ConfigError
     from arlarena_jax.train.final import valid_checkpoints
 
-    directory = run_dir / "checkpoints"
+    directory = checkpoints_dir(run_dir)
     have = valid_checkpoints(directory)
     if step not in have:
         raise ConfigError(f"--step {step}: {directory} has no valid step {step} (has {have})")
@@ -149,7 +150,7 @@ def _eval_step(run_dir: Path, step: int | None, untrained: bool) -> None:
         if untrained:
             raise ConfigError(f"--step {step} and --allow-untrained: choose one")
         _check_chosen_step(run_dir, step)
-    elif not untrained and newest_checkpoint(run_dir / "checkpoints") is None:
+    elif not untrained and newest_checkpoint(checkpoints_dir(run_dir)) is None:
         raise ConfigError(
             f"config key 'trainer.run_dir': {run_dir} has no checkpoint to evaluate; "
             "--allow-untrained evaluates the untrained model"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from arlarena_jax.train.checkpoint import verify_step
+from arlarena_jax.train.layout import checkpoints_dir
 
 FINAL_FILE = "final.json"
 
@@ -68,6 +69,6 @@ def complete_record(run_dir: str | Path, total_steps: int, export_hf: bool) -> d
         return None
     if export_hf and record.get("exported") is not True:
         return None
-    if newest_checkpoint(Path(run_dir) / "checkpoints") != record["step"]:
+    if newest_checkpoint(checkpoints_dir(run_dir)) != record["step"]:
         return None
     return record

@@ -29,6 +29,7 @@ from arlarena_jax.train.config import (
     resolve,
     tokenizer_dir,
 )
+from arlarena_jax.train.layout import checkpoints_dir
 
 ADVICE = "use another trainer.run_dir or the same"
 
@@ -153,7 +154,7 @@ def check_checkpoints(config: Config) -> None:
 
     run_dir = Path(resolve(config).trainer.run_dir)
     stored_file = run_dir / "config.yaml"
-    if not (_has_steps(run_dir / "checkpoints") and stored_file.is_file()):
+    if not (_has_steps(checkpoints_dir(run_dir)) and stored_file.is_file()):
         return
     try:
         stored = load_config(stored_file)

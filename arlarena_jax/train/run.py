@@ -94,6 +94,7 @@ from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.final import complete_record, read_final, write_final
 from arlarena_jax.train.held_out import episode_records, held_out_path, read_records, write_records
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
+from arlarena_jax.train.layout import checkpoints_dir
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter, TimedEnvBatch, Timer
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.optim import current_learning_rate, make_optimizer
@@ -315,7 +316,7 @@ class Run:
         self._critic_module: Any = None
         self.checkpointer = self._closing.enter_context(
             Checkpointer(
-                self.run_dir / "checkpoints",
+                checkpoints_dir(self.run_dir),
                 keep=config.trainer.keep_checkpoints,
                 save_every=max(config.trainer.save_every, 1),
             )
@@ -515,7 +516,7 @@ class Run:
         directory = Path(self.config.sft.init_from)
         _, params = nnx.split(self.model)
         target = abstract_like(trainable_part(params))  # LoRA: the start's adapters
-        adopted, host = read_params(directory / "checkpoints", START_STEP, target)
+        adopted, host = read_params(checkpoints_dir(directory), START_STEP, target)
         nnx.update(self.model, adopted)
         self.state, self._cloned = None, True  # rebuilt from the start's parameters
         if host.get("start_eval") is not None:

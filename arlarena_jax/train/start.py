@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from arlarena_jax.train.config import Config, ConfigError
+from arlarena_jax.train.layout import commit_marker
 
 # Keys (a section or a dotted key) that only act after cloning; runs that differ only in these
 # share one start.
@@ -115,7 +116,7 @@ def equivalent_start(parent: Path, config: Config) -> Path | None:
 
 def cloned_policy(directory: Path) -> Path:
     """The file that marks a start's cloned policy as saved (its step-0 checkpoint's commit)."""
-    return Path(directory) / "checkpoints" / str(START_STEP) / "commit_success.txt"
+    return commit_marker(directory, START_STEP)
 
 
 def check_start(config: Config) -> None:
