@@ -333,3 +333,87 @@ def test_old_log_probs_recomputed_or_taken_from_the_sampler(split_model, reuse):
     else:
         assert metrics["actor/rollout_lp_abs_diff/mean"] == pytest.approx(0.25, abs=1e-5)
         assert metrics["actor/rollout_lp_abs_diff/max"] == pytest.approx(0.25, abs=1e-5)
+
+
+def rows_of_prompt_lengths(lengths: list[int], prompt_length: int, response_length: int):
+    """One-turn rows in groups of two whose prompts have the given lengths (random ids)."""
+    from arlarena_jax.objectives.host import HostTurn, collate
+    from arlarena_jax.train.sequences import Sequences, pack_rows
+
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(1, 48, n).tolist() for n in lengths]
+    responses = [
+        rng.integers(1, 48, rng.integers(1, response_length + 1)).tolist() for _ in lengths
+    ]
+    turns = [
+        HostTurn(i // 2, i, 0, "state", float(i % 2 == 0), 0.0, True, [-1.0] * len(r))
+        for i, r in enumerate(responses)
+    ]
+    n = len(lengths)
+    ids, mask = pack_rows(
+        prompts, responses, num_rows=n, prompt_length=prompt_length, response_length=response_length
+    )
+    return Sequences(jnp.asarray(ids), jnp.asarray(mask)), collate(turns, n, response_length)
+
+
+def test_micro_batches_at_their_narrowest_prompt_width_compute_the_same(split_model):
+    """Prompt width 64, micro-batches of 2 rows whose prompts are at most 14, 30 and 60 tokens:
+    with 4 widths (64, 48, 32, 16) they run at 16, 32 and 64 columns of prompt. Cutting left
+    padding changes no value (positions come from the mask, padded keys are masked), so the
+    log-probs, the metrics and the SGD step equal the full-width ones within float32 rounding
+    of differently sized reductions (1e-5)."""
+    from arlarena_jax.train.sequences import narrower_widths
+    from arlarena_jax.train.update import width_index
+
+    graphdef, params = split_model
+    wide = 64
+    widths = narrower_widths(wide, 4)
+    assert widths == (64, 48, 32, 16)
+    sequences, batch = rows_of_prompt_lengths([10, 14, 25, 30, 50, 60], wide, T)
+    chosen = [
+        widths[int(width_index(widths, sequences.attention_mask[i : i + 2], wide))]
+        for i in (0, 2, 4)
+    ]
+    assert chosen == [16, 32, 64]
+    objective = chain(advantage.grpo(), ratio.vanilla(), agg.token_mean())
+    results = []
+    for count in (1, 4):
+        log_probs = make_log_prob_fn(
+            graphdef, prompt_length=wide, micro_batch_size=2, prompt_widths=count
+        )
+        lp, ent = log_probs(params, sequences)
+        ready = batch._replace(old_log_probs=lp * batch.response_mask, old_entropy=ent)
+        ready, _, _ = make_prepare_fn(objective)(ready, None)
+        update = make_update_step(
+            graphdef,
+            objective,
+            optax.sgd(1.0),
+            prompt_length=wide,
+            mini_batch_size=6,
+            micro_batch_size=2,
+            donate=False,
+            prompt_widths=count,
+        )
+        new_params, _, metrics = update.step(params, optax.sgd(1.0).init(params), sequences, ready)
+        results.append((lp, ent, new_params, metrics))
+    (lp1, ent1, params1, metrics1), (lp4, ent4, params4, metrics4) = results
+    np.testing.assert_allclose(lp4, lp1, atol=1e-5)
+    np.testing.assert_allclose(ent4, ent1, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params4, params1)
+    for key in metrics1:
+        assert float(metrics4[key]) == pytest.approx(float(metrics1[key]), rel=1e-4, abs=1e-6)
+    assert float(metrics1["grad_norm"]) > 0
+
+
+def test_narrower_widths_step_down_the_buckets():
+    from arlarena_jax.train.sequences import bucket_length, narrower_widths
+
+    assert narrower_widths(640, 4) == (640, 512, 448, 384)
+    assert narrower_widths(1024, 3) == (1024, 896, 768)
+    assert narrower_widths(32, 5) == (32, 16)  # the minimum bucket ends it
+    assert narrower_widths(700, 3) == (700, 640, 512)  # a capped width that is no bucket
+    assert narrower_widths(640, 1) == (640,)
+    for width in (48, 100, 640, 3000):
+        below = narrower_widths(width, 6)[1:]
+        assert all(bucket_length(w) == w for w in below)
+        assert list(below) == sorted(below, reverse=True) and below[0] < width

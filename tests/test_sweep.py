@@ -156,7 +156,15 @@ def test_jobs_follow_the_file_order_each_start_where_first_needed(tmp_path):
 
 def test_the_start_key_ignores_rl_keys_and_is_stable_across_sweeps(tmp_path):
     a = load_config(BASE, ["algorithm.method=sapo", "optim.lr=0.001", "trainer.total_steps=3"])
-    b = load_config(BASE, ["trainer.run_dir=elsewhere", "monitor.window=3", "env.group_size=4"])
+    b = load_config(
+        BASE,
+        [
+            "trainer.run_dir=elsewhere",
+            "monitor.window=3",
+            "env.group_size=4",
+            "trainer.prompt_widths=3",
+        ],
+    )
     assert start_key(a) == start_key(b) == start_key(load_config(BASE))
     for other in ("trainer.seed=1", "sft.steps=3", "model.name=tiny", "trainer.eval_episodes=9"):
         changed = load_config(BASE, [other])

@@ -180,6 +180,11 @@ class TrainerConfig:
     ppo_epochs: int = 1
     mini_batch_size: int = 256  # turn rows per optimizer step (ppo_mini_batch_size)
     micro_batch_size: int = 32  # rows per aggregated micro-batch (ppo_micro_batch_size_per_gpu)
+    # prompt widths compiled per packed batch width for the update and the log-prob passes: 1
+    # runs every micro-batch at its batch's width; k also compiles the k - 1 next narrower
+    # buckets and runs each micro-batch at the narrowest that holds its prompts (the same
+    # values, less left padding computed where a batch's prompts differ in length)
+    prompt_widths: int = 1
     seed: int = 0
     # RL's own randomness (the training tasks drawn, the training sampler's stream); null: the
     # streams of ``seed``. RL-only: runs that differ in it share one cloned start, whose cloning,
@@ -595,7 +600,7 @@ def validate(config: Config) -> Config:
             f"must divide sft.batch_size {config.sft.batch_size} (or be null), got {micro}",
         )
     _at_least(trainer, "trainer", 1, "ppo_epochs", "keep_checkpoints", "eval_episodes")
-    _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size")
+    _at_least(trainer, "trainer", 1, "mini_batch_size", "micro_batch_size", "prompt_widths")
     _at_least(trainer, "trainer", 0, "total_steps", "eval_every", "save_every", "seed", "rl_seed")
     _check_async(trainer)
     if trainer.partial_rollouts and env.device_rollout:

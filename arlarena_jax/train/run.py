@@ -1050,7 +1050,12 @@ def _update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) 
     graphdef, _ = nnx.split(model)
     # Behaviour log-probs are at the sampling temperature (τ = 1 for greedy, as the sampler).
     temperature = config.sampler.train.temperature or 1.0
-    common = dict(micro_batch_size=t.micro_batch_size, temperature=temperature, mesh=mesh)
+    common = dict(
+        micro_batch_size=t.micro_batch_size,
+        temperature=temperature,
+        mesh=mesh,
+        prompt_widths=t.prompt_widths,
+    )
     return UpdateSetup(
         objective,
         cached(

@@ -52,6 +52,17 @@ def bucket_length(length: int, minimum: int = 16) -> int:
     return step * math.ceil(length / step)
 
 
+def narrower_widths(width: int, count: int, minimum: int = 16) -> tuple[int, ...]:
+    """``width`` and up to ``count`` − 1 :func:`bucket_length` widths below it, widest first
+    (640, 4 → 640, 512, 448, 384); fewer where ``minimum`` is reached."""
+    widths = [width]
+    while len(widths) < count and widths[-1] > minimum:
+        below = widths[-1] - 1
+        step = max(minimum, 2 ** (below.bit_length() - 1) // 4)
+        widths.append(max(minimum, below // step * step))
+    return tuple(widths)
+
+
 def pack_rows(
     prompt_ids: Sequence[Sequence[int]],
     response_ids: Sequence[Sequence[int]],

@@ -42,6 +42,7 @@ RL_ONLY = (
     "trainer.ppo_epochs",
     "trainer.mini_batch_size",
     "trainer.micro_batch_size",
+    "trainer.prompt_widths",  # how the RL update's micro-batches are cut, not what they compute
     "trainer.eval_every",
     "trainer.run_dir",
     "trainer.save_every",

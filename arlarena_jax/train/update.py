@@ -46,7 +46,7 @@ from arlarena_jax.objectives.declare import (
     reduce_stacked,
 )
 from arlarena_jax.row_chunks import map_row_chunks
-from arlarena_jax.train.sequences import Sequences
+from arlarena_jax.train.sequences import Sequences, narrower_widths
 
 Array = jax.Array
 
@@ -123,6 +123,36 @@ def unless_padding(real: Array, fn: Callable, *args):
     return jax.lax.cond(real, fn, padding, *args)
 
 
+def width_index(widths: tuple[int, ...], mask: Array, prompt_length: int) -> Array:
+    """Index in ``widths`` (widest first) of the narrowest prompt width that holds every row's
+    prompt: rows are left-padded, so a prompt of n tokens fills the last n of the
+    ``prompt_length`` prompt columns, and a width w holds it when n ≤ w."""
+    need = jnp.max(jnp.sum(mask[:, :prompt_length] > 0, axis=1))
+    return jnp.sum(jnp.asarray(widths) >= need) - 1
+
+
+def at_narrowest_width(fn: Callable, widths: tuple[int, ...], prompt_length: int) -> Callable:
+    """``call(ids, mask, *rest)``: ``fn(ids, mask, width, *rest)`` on the columns from
+    ``prompt_length − width`` on, at the narrowest of ``widths`` (widest first, the first being
+    ``prompt_length``) that holds the micro-batch's prompts. A ``lax.switch``: every width
+    compiles, only the chosen one runs. The columns cut are left padding only; positions come
+    from the mask and padded keys are masked out, so each width computes the same values."""
+    if widths == (prompt_length,):
+        return lambda ids, mask, *rest: fn(ids, mask, prompt_length, *rest)
+
+    def branch(width: int) -> Callable:
+        cut = prompt_length - width
+        return lambda ids, mask, *rest: fn(ids[:, cut:], mask[:, cut:], width, *rest)
+
+    branches = [branch(w) for w in widths]
+
+    def call(ids, mask, *rest):
+        index = width_index(widths, mask, prompt_length)
+        return jax.lax.switch(index, branches, ids, mask, *rest)
+
+    return call
+
+
 class GuardedUpdate(NamedTuple):
     """One optimizer step behind the non-finite guard."""
 
@@ -165,21 +195,27 @@ def make_log_prob_fn(
     temperature: float = 1.0,
     chunk_size: int = 128,
     mesh: Mesh | None = None,
+    prompt_widths: int = 1,
 ) -> Callable[[Any, Sequences], tuple[Array, Array]]:
     """A jitted ``fn(params, sequences) -> (log_probs, entropy)`` ``[N, T]`` over micro-batches of
     ``micro_batch_size`` rows (a ``lax.map``, so peak memory is one micro-batch's). A micro-batch
-    of padding rows only (no attended token) is not run: its values are 0."""
+    of padding rows only (no attended token) is not run: its values are 0. ``prompt_widths`` > 1:
+    each micro-batch runs at the narrowest of that many widths that holds its prompts
+    (:func:`at_narrowest_width`)."""
 
-    def run(params, ids, mask):
+    def run(ids, mask, width, params):
         model = nnx.merge(graphdef, params)
         stats = response_log_probs(
-            model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
+            model, ids, mask, width, chunk_size=chunk_size, temperature=temperature
         )
         return stats.log_probs, stats.entropy
 
+    widths = narrower_widths(prompt_length, prompt_widths)
+    narrowest = at_narrowest_width(run, widths, prompt_length)
+
     def fn(params, sequences: Sequences) -> tuple[Array, Array]:
         return map_micro_batches(
-            lambda ids, mask: run(params, ids, mask), sequences, micro_batch_size
+            lambda ids, mask: narrowest(ids, mask, params), sequences, micro_batch_size
         )
 
     return mesh_jit(fn, mesh, state_args=1, row_outputs=True)
@@ -219,24 +255,31 @@ def _micro_grad_fn(
     grad_accum: int,
     temperature: float,
     chunk_size: int,
+    widths: tuple[int, ...],
 ) -> Callable:
     """``fn(trainable, frozen, ids, mask, batch) -> ((loss / grad_accum, metrics), grads)`` of
     one micro-batch, the gradient of the trainable part only (:func:`split_trainable`: the LoRA
-    adapters, or every parameter without LoRA). The current entropies go to the loss only if
-    a component declares ``Input.ENTROPY`` (otherwise they are left unused and compiled
-    away)."""
+    adapters, or every parameter without LoRA), at the narrowest of ``widths`` that holds its
+    prompts. The current entropies go to the loss only if a component declares
+    ``Input.ENTROPY`` (otherwise they are left unused and compiled away)."""
     use_entropy = Input.ENTROPY in objective.requirements
 
-    def micro_loss(trainable, frozen, ids, mask, batch: TurnBatch):
-        model = nnx.merge(graphdef, join_trainable(trainable, frozen))
-        stats = response_log_probs(
-            model, ids, mask, prompt_length, chunk_size=chunk_size, temperature=temperature
-        )
-        entropy = stats.entropy if use_entropy else None
-        loss, metrics = objective.loss(stats.log_probs, batch, entropy)
-        return loss / grad_accum, metrics
+    def at_width(ids, mask, width: int, trainable, frozen, batch: TurnBatch):
+        def micro_loss(trainable):
+            model = nnx.merge(graphdef, join_trainable(trainable, frozen))
+            stats = response_log_probs(
+                model, ids, mask, width, chunk_size=chunk_size, temperature=temperature
+            )
+            entropy = stats.entropy if use_entropy else None
+            loss, metrics = objective.loss(stats.log_probs, batch, entropy)
+            return loss / grad_accum, metrics
 
-    return jax.value_and_grad(micro_loss, has_aux=True)
+        return jax.value_and_grad(micro_loss, has_aux=True)(trainable)
+
+    narrowest = at_narrowest_width(at_width, widths, prompt_length)
+    return lambda trainable, frozen, ids, mask, batch: narrowest(
+        ids, mask, trainable, frozen, batch
+    )
 
 
 def accumulate_gradients(grad_fn: Callable, params, micro, reductions: dict[str, Reduction]):
@@ -269,12 +312,15 @@ def make_update_step(
     chunk_size: int = 128,
     donate: bool = True,
     mesh: Mesh | None = None,
+    prompt_widths: int = 1,
 ) -> UpdateStep:
     """``step(params, opt_state, sequences, batch) -> (params, opt_state, metrics)`` on one
     mini-batch of ``mini_batch_size`` rows (see module doc). Under LoRA only the adapters get
     gradients and optimizer steps (``opt_state`` is the optimizer's state of
     :func:`~arlarena_jax.models.lora.trainable_part`); the frozen base passes through.
-    ``batch`` is the matching slice of the prepared :class:`TurnBatch` (advantages filled)."""
+    ``batch`` is the matching slice of the prepared :class:`TurnBatch` (advantages filled).
+    ``prompt_widths`` > 1: each micro-batch runs at the narrowest of that many prompt widths
+    that holds its prompts (:func:`at_narrowest_width`; the same rows, the same values)."""
     if mini_batch_size % micro_batch_size:
         raise ValueError(
             f"mini_batch_size {mini_batch_size} is not a multiple of micro_batch_size "
@@ -288,6 +334,7 @@ def make_update_step(
         grad_accum=grad_accum,
         temperature=temperature,
         chunk_size=chunk_size,
+        widths=narrower_widths(prompt_length, prompt_widths),
     )
     reductions = objective.metric_reductions
 
