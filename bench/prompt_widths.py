@@ -2,21 +2,22 @@
 width (``trainer.prompt_widths: 1``) against each at the narrowest of k widths that holds its
 prompts (``trainer.prompt_widths: k``, :func:`arlarena_jax.train.update.at_narrowest_width`).
 
-One mini-batch of ``--rows`` one-turn rows, micro-batches of ``--micro`` rows, in the RL update's
-layout: prompts left-padded to the bucket of the longest (:func:`~arlarena_jax.train.sequences.
-bucket_length`), responses of ``--response-len`` tokens. Prompt lengths are drawn uniformly from
-``--prompt-min``…``--prompt-max`` (default 256…630: TextWorld's SmolLM2 prompts average 409
-tokens at history 1 and reach ~630, docs/real_model.md; the rows of a real step also differ by
-turn). Random weights of the ``--preset`` shape with ``--layers`` layers (default SmolLM2-135M's
-shape, 4 of its 30 layers, to keep the bench short), float32, GRPO's ratio and aggregation,
-AdamW. Both modes compile first (the first call's time, compiling included, is printed as
-"compile": k widths compile k programs); then their steps alternate ``--repeats`` times (so a
-change of the machine's load hits both), and the medians are printed with the ratio, and the
-share of the prompt columns that k widths compute. Run without the persistent compilation cache
-(JAX's default), so "compile" is a compile.
+One mini-batch of ``--rows`` one-turn rows, micro-batches of ``--micro`` rows, in the RL
+update's layout: prompts left-padded to the bucket of the longest
+(:func:`~arlarena_jax.train.sequences.bucket_length`), responses of ``--response-len`` tokens.
+Prompt lengths are drawn uniformly from ``--prompt-min``…``--prompt-max`` (default 250…576: the
+SmolLM2 prompts of TextWorld's expert turns on 24 training games, history 1, spanned 250-576
+tokens, mean 390; in a real step a micro-batch holds consecutive turns of one episode). Random
+weights of the ``--preset`` shape with ``--layers`` layers (default SmolLM2-135M's shape, 4 of
+its 30 layers, to keep the bench short), float32, GRPO's ratio and aggregation, AdamW. Both
+modes compile first (the first call's time, compiling included, is printed as "compile": k
+widths compile k programs); then their steps alternate ``--repeats`` times (so a change of the
+machine's load hits both), and the medians are printed with the ratio, and the share of the
+prompt columns that k widths compute. Run without the persistent compilation cache (JAX's
+default), so "compile" is a compile.
 
     python bench/prompt_widths.py [--preset smollm2-135m] [--layers 4] [--rows 16] [--micro 2]
-                                  [--widths 4] [--prompt-min 256] [--prompt-max 630]
+                                  [--widths 3] [--prompt-min 250] [--prompt-max 576]
                                   [--response-len 32] [--repeats 3]
 """
 
@@ -72,9 +73,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--micro", type=int, default=2)
-    parser.add_argument("--widths", type=int, default=4)
-    parser.add_argument("--prompt-min", type=int, default=256)
-    parser.add_argument("--prompt-max", type=int, default=630)
+    parser.add_argument("--widths", type=int, default=3)
+    parser.add_argument("--prompt-min", type=int, default=250)
+    parser.add_argument("--prompt-max", type=int, default=576)
     parser.add_argument("--response-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -181,6 +181,10 @@ def test_a_run_directory_of_another_config_is_refused(tmp_path):
 
     dump_config(resolve(run.config), run.run_dir / "config.yaml")
     plan.plan(spec.load_sweep(path))  # the same run: accepted
+    faster = sweep_file(
+        tmp_path, "methods: [grpo]\nbudget: {rl_steps: 3}\noverrides: {trainer.prompt_widths: 3}\n"
+    )
+    plan.plan(spec.load_sweep(faster))  # the same values, computed on less padding: accepted
     path = sweep_file(tmp_path, "methods: [grpo]\nbudget: {rl_steps: 4}\n")
     with pytest.raises(ConfigError, match=r"holds a run with trainer.total_steps=3, .* gives 4"):
         plan.plan(spec.load_sweep(path))

@@ -211,12 +211,14 @@ def evaluations(runs: list[PlannedRun]) -> list[PlannedEvaluation]:
     return [e for run in runs for e in run.evaluations]
 
 
-# paths, spelled as given; how cloning saves and sums its gradient (memory), not what it makes
+# paths, spelled as given; how cloning saves and sums its gradient (memory), and how the RL
+# update cuts its micro-batches' padding: not what they make
 IGNORED_IN_COMPARISON = (
     "trainer.run_dir",
     "sft.init_from",
     "sft.save_every_s",
     "sft.micro_batch_size",
+    "trainer.prompt_widths",
 )
 
 

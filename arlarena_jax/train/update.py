@@ -7,7 +7,10 @@ Order of the update (docs/architecture.md, "One RL step", item 5):
 2. each micro-batch loss is ``Objective.loss`` (its aggregation) × 1/grad_accum, grad_accum =
    mini / micro; gradients are summed over the micro-batches (a ``lax.scan``); a micro-batch of
    padding rows only is skipped (a ``lax.cond``: no compute, no gradient, left out of the
-   metrics), so rounding a batch up to whole mini-batches costs memory, not time;
+   metrics), so rounding a batch up to whole mini-batches costs memory, not time; with
+   ``prompt_widths`` > 1 each micro-batch runs on the last w of the batch's prompt columns, w
+   the narrowest of those widths that holds its prompts (:func:`at_narrowest_width`: only
+   left padding is cut, so the values are the same);
 3. the global gradient norm (before clipping) is reported; a non-finite norm skips the update
    (parameters and optimizer state unchanged, ``skipped`` = 1), otherwise the optimizer (clipping
    and AdamW, from ``arlarena_jax.train.optim``) takes one step per mini-batch;
