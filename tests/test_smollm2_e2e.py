@@ -68,6 +68,7 @@ WEBSHOP = [
     "env.eval_batch_size=3",
     "sft.num_episodes=4",
     "trainer.eval_episodes=3",
+    "trainer.prompt_widths=2",  # search pages differ in length: micro-batches at two widths
 ]
 
 
