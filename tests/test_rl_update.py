@@ -397,6 +397,11 @@ def test_micro_batches_at_their_narrowest_prompt_width_compute_the_same(split_mo
         new_params, _, metrics = update.step(params, optax.sgd(1.0).init(params), sequences, ready)
         results.append((lp, ent, new_params, metrics))
     (lp1, ent1, params1, metrics1), (lp4, ent4, params4, metrics4) = results
+    # the narrow programs exist only with 4 widths: micro-batches of 16 + T columns
+    narrow = f"i32[2,{16 + T}]"
+    for count, present in ((1, False), (4, True)):
+        fn = make_log_prob_fn(graphdef, prompt_length=wide, micro_batch_size=2, prompt_widths=count)
+        assert (narrow in str(jax.make_jaxpr(fn)(params, sequences))) == present, count
     np.testing.assert_allclose(lp4, lp1, atol=1e-5)
     np.testing.assert_allclose(ent4, ent1, atol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params4, params1)

@@ -48,8 +48,13 @@ def bucket_length(length: int, minimum: int = 16) -> int:
     padding (65 → 80, 700 → 768)."""
     if length <= minimum:
         return minimum
-    step = max(minimum, 2 ** (length.bit_length() - 1) // 4)
+    step = _bucket_step(length, minimum)
     return step * math.ceil(length / step)
+
+
+def _bucket_step(length: int, minimum: int) -> int:
+    """The bucket step around ``length``: max(``minimum``, 2^⌊log2 length⌋ / 4)."""
+    return max(minimum, 2 ** (length.bit_length() - 1) // 4)
 
 
 def narrower_widths(width: int, count: int, minimum: int = 16) -> tuple[int, ...]:
@@ -58,7 +63,7 @@ def narrower_widths(width: int, count: int, minimum: int = 16) -> tuple[int, ...
     widths = [width]
     while len(widths) < count and widths[-1] > minimum:
         below = widths[-1] - 1
-        step = max(minimum, 2 ** (below.bit_length() - 1) // 4)
+        step = _bucket_step(below, minimum)
         widths.append(max(minimum, below // step * step))
     return tuple(widths)
 
