@@ -466,6 +466,7 @@ def test_the_written_report(tmp_path: Path, capsys):
         "sokoban-actor_grad_norm.png",
         "sokoban-episode_success_rate.png",
         "sokoban-episode_valid_response_format_ratio.png",
+        "sokoban-final_success.png",
         "sokoban-val_success_rate.png",
     }  # metrics no run logged are skipped
     assert sorted(images) == sorted(f"plots/{n}" for n in names)
@@ -473,6 +474,8 @@ def test_the_written_report(tmp_path: Path, capsys):
         assert png.stat().st_size > 1000 and png.read_bytes()[:8] == PNG_SIGNATURE
     md = (out / "report.md").read_text()
     assert "| GRPO | 2 |" in md and "](plots/sokoban-val_success_rate.png)" in md
+    assert md.index("### Where each run ended") < md.index("](plots/sokoban-final_success.png)")
+    assert md.index("](plots/sokoban-final_success.png)") < md.index("### Training dynamics")
     assert "failed: boom" in md and "| format_drop | grad_norm_spike (12) |" in md
     assert "| Collapsed seeds | Warned seeds |" in md and "| 1/2 | 1/2 |" in md
 
@@ -486,18 +489,21 @@ def test_the_written_report(tmp_path: Path, capsys):
     assert len((out / "runs.csv").read_text().splitlines()) == 4
 
 
+def held_out_games(run: Path, step: int, wins: list[bool]) -> None:
+    """The run's per-game held-out records of ``step``: game i won or not."""
+    from arlarena_jax.train.held_out import held_out_path, write_records
+
+    games = [{"seed": i, "won": w, "return": 0.0, "length": 1} for i, w in enumerate(wins)]
+    write_records(held_out_path(run, step), games)
+
+
 def test_runs_with_per_episode_outcomes_show_their_paired_change(tmp_path: Path):
     """Four held-out games: step 0 wins games 0-1, step 20 wins games 1-3 (gained 2, lost 1):
     d = (-1, 0, 1, 1), mean 0.25, deviations 1.5625 + 0.0625 + 0.5625 x 2 = 2.75, paired SE
     sqrt(2.75 / 4 / 4) = 0.4146: "+25.0 ± 41.5". A run without the files shows "–"."""
-    from arlarena_jax.train.held_out import held_out_path, write_records
-
-    def games(wins):
-        return [{"seed": i, "won": w, "return": 0.0, "length": 1} for i, w in enumerate(wins)]
-
     paired = make_run(tmp_path / "runs", "grpo_seed0", scalars=val(0.6, 0.75))
-    write_records(held_out_path(paired, 0), games([True, True, False, False]))
-    write_records(held_out_path(paired, 20), games([False, True, True, True]))
+    held_out_games(paired, 0, [True, True, False, False])
+    held_out_games(paired, 20, [False, True, True, True])
     make_run(tmp_path / "runs", "grpo_seed1", seed=1, scalars=val(0.5, 0.5))
     build_report([tmp_path / "runs"], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "report.md").read_text()
@@ -653,3 +659,42 @@ def test_the_report_chooses_which_kinds_are_a_collapse(tmp_path: Path):
     assert judged_runs == {0: (False, []), 1: (True, ["held_out_success_drop"])}
     assert summary["groups"][0]["collapsed_seeds"] == 1
     assert "A collapse is held_out_success_drop; the other" in (out / "report.md").read_text()
+
+
+def png_width(path: Path) -> int:
+    """A PNG's width in pixels (its IHDR chunk, bytes 16-19)."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    return int.from_bytes(data[16:20], "big")
+
+
+def test_the_final_success_figure_shows_each_seeds_end(tmp_path: Path):
+    """Seed 0: 50 % at step 0, 75 % ± 5 (its logged SE) at step 20, and the per-game records
+    of the paired test above: +25.0 ± 41.46 points. Seed 1: 50 % ± no logged SE, no records
+    (no paired change), marked collapsed. The figure has the paired panel only when some run
+    has records (a wider PNG); a group never evaluated after step 0 draws nothing."""
+    from arlarena_jax.arena.report.final_plot import final_points, plot_final
+
+    runs = tmp_path / "runs"
+    seed0 = make_run(runs, "s0", scalars=val(0.6, 0.75) | {"val/success_rate_se": {20: 0.05}})
+    held_out_games(seed0, 0, [True, True, False, False])
+    held_out_games(seed0, 20, [False, True, True, True])
+    seed1 = make_run(runs, "s1", seed=1, scalars=val(0.5, 0.5))
+    (group,) = group_runs(load_runs([runs]))
+    first, second = final_points(group, {str(seed1): True})
+    assert (first.seed, second.seed) == (0, 1)
+    assert (first.after_cloning, first.final, first.final_se) == pytest.approx((50, 75, 5))
+    assert (first.change, first.change_se) == pytest.approx((25.0, 41.4578), abs=1e-3)
+    assert not first.collapsed and second.collapsed
+    assert second.final == pytest.approx(50) and second.final_se is None
+    assert second.change is None and second.change_se is None
+
+    assert plot_final("sokoban", [group], tmp_path / "both.png", {})
+    (alone,) = group_runs(load_runs([seed1]))
+    assert plot_final("sokoban", [alone], tmp_path / "one.png", {})
+    assert png_width(tmp_path / "both.png") > 1.5 * png_width(tmp_path / "one.png")
+
+    unevaluated = make_run(tmp_path / "other", "u", scalars=val())
+    (never,) = group_runs(load_runs([unevaluated]))
+    assert not plot_final("sokoban", [never], tmp_path / "none.png", {})
+    assert not (tmp_path / "none.png").exists()

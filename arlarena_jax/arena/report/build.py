@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, SuccessCollapse, detect
+from arlarena_jax.arena.report.final_plot import plot_finals
 from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.model import Report
 from arlarena_jax.arena.report.plots import plot_all
@@ -58,7 +59,8 @@ def build_report(
     report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor, collapse_on)
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
-        report.plots = plot_all(groups, out / "plots", marks)
+        finals = plot_finals(groups, out / "plots", collapsed)
+        report.plots = [*finals, *plot_all(groups, out / "plots", marks)]
     report.files = [
         *write_files(report, embed_images=embed_images),
         *(p.path for p in report.plots),

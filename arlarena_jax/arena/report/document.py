@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 from collections.abc import Sequence
 
+from arlarena_jax.arena.report.final_plot import FINAL
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
 from arlarena_jax.arena.report.table import (
@@ -200,9 +201,15 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     if note is not None:
         blocks.append(note)
     figures = [p for p in report.plots if p.env == env]
-    if figures:
-        items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)
-        blocks += [Heading("Training dynamics", 3), Figures(items)]
+    for heading, chosen in (
+        ("Where each run ended", [p for p in figures if p.metric.key == FINAL.key]),
+        ("Training dynamics", [p for p in figures if p.metric.key != FINAL.key]),
+    ):
+        if chosen:
+            items = tuple(
+                (p.path.relative_to(report.out).as_posix(), p.metric.title) for p in chosen
+            )
+            blocks += [Heading(heading, 3), Figures(items)]
     blocks += [Heading("Runs", 3), runs_table(report, env)]
     events = first_events(report, env)
     if events:

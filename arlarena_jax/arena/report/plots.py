@@ -74,7 +74,8 @@ def mean_band(series: Sequence[Series]) -> tuple[np.ndarray, ...]:
     return steps, np.nanmean(table, 0), np.nanmin(table, 0), np.nanmax(table, 0)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a file-name part: runs of other characters than ``[A-Za-z0-9_.-]`` → ``_``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
 
@@ -96,7 +97,7 @@ def _draw(ax, group: Group, metric: Metric, style: dict, marks: Sequence[int]) -
     return np.concatenate([low, high]) * scale
 
 
-def _colours(plt, n: int) -> list:
+def group_colours(plt, n: int) -> list:
     """tab10, or for more groups tab20's dark shades before its light ones."""
     if n <= 10:
         return list(plt.get_cmap("tab10").colors)
@@ -135,7 +136,7 @@ def plot_metric(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    colours = _colours(plt, len(groups))
+    colours = group_colours(plt, len(groups))
     drawn = [np.empty(0)]
     for i, group in enumerate(groups):
         steps = [marks[str(r.path)] for r in group.runs if marks and str(r.path) in marks]
@@ -160,7 +161,7 @@ def plot_all(
     for env in dict.fromkeys(g.env for g in groups):
         members = [g for g in groups if g.env == env]
         for metric in METRICS:
-            path = out / f"{_slug(env)}-{_slug(metric.key.replace('/', '_'))}.png"
+            path = out / f"{slug(env)}-{slug(metric.key.replace('/', '_'))}.png"
             if plot_metric(env, members, metric, path, marks):
                 plots.append(Plot(env, metric, path))
     return plots
