@@ -29,7 +29,7 @@ from arlarena_jax.train.update import (
     run_update,
     step_metric_reductions,
 )
-from tests.turn_rows import random_turn_rows
+from tests.turn_rows import random_turn_rows, rows_of_prompt_lengths
 
 P, T = 6, 5
 CONFIG = QwenConfig(
@@ -335,27 +335,6 @@ def test_old_log_probs_recomputed_or_taken_from_the_sampler(split_model, reuse):
         assert metrics["actor/rollout_lp_abs_diff/max"] == pytest.approx(0.25, abs=1e-5)
 
 
-def rows_of_prompt_lengths(lengths: list[int], prompt_length: int, response_length: int):
-    """One-turn rows in groups of two whose prompts have the given lengths (random ids)."""
-    from arlarena_jax.objectives.host import HostTurn, collate
-    from arlarena_jax.train.sequences import Sequences, pack_rows
-
-    rng = np.random.default_rng(7)
-    prompts = [rng.integers(1, 48, n).tolist() for n in lengths]
-    responses = [
-        rng.integers(1, 48, rng.integers(1, response_length + 1)).tolist() for _ in lengths
-    ]
-    turns = [
-        HostTurn(i // 2, i, 0, "state", float(i % 2 == 0), 0.0, True, [-1.0] * len(r))
-        for i, r in enumerate(responses)
-    ]
-    n = len(lengths)
-    ids, mask = pack_rows(
-        prompts, responses, num_rows=n, prompt_length=prompt_length, response_length=response_length
-    )
-    return Sequences(jnp.asarray(ids), jnp.asarray(mask)), collate(turns, n, response_length)
-
-
 def test_micro_batches_at_their_narrowest_prompt_width_compute_the_same(split_model):
     """Prompt width 64, micro-batches of 2 rows whose prompts are at most 14, 30 and 60 tokens:
     with 4 widths (64, 48, 32, 16) they run at 16, 32 and 64 columns of prompt. Cutting left
@@ -370,6 +349,7 @@ def test_micro_batches_at_their_narrowest_prompt_width_compute_the_same(split_mo
     widths = narrower_widths(wide, 4)
     assert widths == (64, 48, 32, 16)
     sequences, batch = rows_of_prompt_lengths([10, 14, 25, 30, 50, 60], wide, T)
+    sequences = jax.tree.map(jnp.asarray, sequences)
     chosen = [
         widths[int(width_index(widths, sequences.attention_mask[i : i + 2], wide))]
         for i in (0, 2, 4)

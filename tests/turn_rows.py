@@ -38,3 +38,22 @@ def random_turn_rows(
     ]
     ids, mask = pack_rows(prompts, responses, num_rows=n, prompt_length=p, response_length=t)
     return Sequences(ids, mask), collate(turns, n, t)
+
+
+def rows_of_prompt_lengths(lengths: list[int], prompt_length: int, response_length: int):
+    """One-turn rows in groups of two whose prompts have the given lengths (random ids in
+    [1, 48)), returns 1, 0, 1, 0, …; returns (Sequences, TurnBatch)."""
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(1, 48, n).tolist() for n in lengths]
+    responses = [
+        rng.integers(1, 48, rng.integers(1, response_length + 1)).tolist() for _ in lengths
+    ]
+    turns = [
+        HostTurn(i // 2, i, 0, "state", float(i % 2 == 0), 0.0, True, [-1.0] * len(r))
+        for i, r in enumerate(responses)
+    ]
+    n = len(lengths)
+    ids, mask = pack_rows(
+        prompts, responses, num_rows=n, prompt_length=prompt_length, response_length=response_length
+    )
+    return Sequences(ids, mask), collate(turns, n, response_length)

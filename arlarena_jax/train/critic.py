@@ -51,11 +51,12 @@ from arlarena_jax.models.value import (
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.declare import merge_tables
 from arlarena_jax.objectives.value import VALUE_METRICS, clipped_value_loss, explained_variance
-from arlarena_jax.train.sequences import Sequences
+from arlarena_jax.train.sequences import Sequences, narrower_widths
 from arlarena_jax.train.update import (
     STEP_METRICS,
     UpdateStep,
     accumulate_gradients,
+    at_narrowest_width,
     guarded_update,
     map_micro_batches,
     mesh_jit,
@@ -94,22 +95,37 @@ def head_forward(head_graphdef: nnx.GraphDef, policy_graphdef: nnx.GraphDef) -> 
     return forward
 
 
-def _response_values(forward: ValueForward, prompt_length: int) -> ValueForward:
-    """``forward`` cut to the response tokens: token t valued at position P + t − 1."""
+def _response_values(forward: ValueForward, prompt_length: int, prompt_widths: int = 1):
+    """``forward`` cut to the response tokens: token t valued at position P + t − 1 of the P
+    prompt columns run. ``prompt_widths`` > 1: each call runs at the narrowest of that many
+    prompt widths that holds its prompts (:func:`~arlarena_jax.train.update.at_narrowest_width`;
+    only left padding is cut, so the values are the same)."""
+
+    def at_width(ids, mask, width: int, critic_params, policy_params):
+        full = forward(critic_params, policy_params, ids, mask)
+        return response_values(full, width, ids.shape[1] - width)
+
+    widths = narrower_widths(prompt_length, prompt_widths)
+    narrowest = at_narrowest_width(at_width, widths, prompt_length)
 
     def values(critic_params, policy_params, ids, mask):
-        full = forward(critic_params, policy_params, ids, mask)
-        return response_values(full, prompt_length, ids.shape[1] - prompt_length)
+        return narrowest(ids, mask, critic_params, policy_params)
 
     return values
 
 
 def make_values_fn(
-    forward: ValueForward, *, prompt_length: int, micro_batch_size: int, mesh: Mesh | None = None
+    forward: ValueForward,
+    *,
+    prompt_length: int,
+    micro_batch_size: int,
+    mesh: Mesh | None = None,
+    prompt_widths: int = 1,
 ) -> Callable[[Any, Any, Sequences], Array]:
     """A jitted ``fn(critic_params, policy_params, sequences) -> values [N, T]`` over micro-batches
-    (a ``lax.map``; padding-only micro-batches are not run and give 0)."""
-    values = _response_values(forward, prompt_length)
+    (a ``lax.map``; padding-only micro-batches are not run and give 0), each at the narrowest of
+    ``prompt_widths`` prompt widths that holds its prompts."""
+    values = _response_values(forward, prompt_length, prompt_widths)
 
     def fn(critic_params, policy_params, sequences: Sequences) -> Array:
         def one(ids, mask):
@@ -132,19 +148,21 @@ def make_critic_step(
     micro_batch_size: int,
     clip: float,
     mesh: Mesh | None = None,
+    prompt_widths: int = 1,
 ) -> Callable:
     """``step(critic_params, opt_state, policy_params, sequences, batch) -> (critic_params,
     opt_state, metrics)`` on one mini-batch: Σ over micro-batches of ∇ clipped value loss /
     grad_accum (``batch.values`` = V_old, ``batch.returns`` = R), one guarded optimizer step.
     Under LoRA (a ``separate`` critic with adapters) only the adapters and the value head
-    train; ``opt_state`` is of their part."""
+    train; ``opt_state`` is of their part. ``prompt_widths`` > 1: each micro-batch runs at the
+    narrowest of that many prompt widths that holds its prompts (the same values)."""
     if mini_batch_size % micro_batch_size:
         raise ValueError(
             f"mini_batch_size {mini_batch_size} is not a multiple of micro_batch_size "
             f"{micro_batch_size}"
         )
     grad_accum = mini_batch_size // micro_batch_size
-    values = _response_values(forward, prompt_length)
+    values = _response_values(forward, prompt_length, prompt_widths)
 
     def micro_loss(trainable, frozen, policy_params, ids, mask, batch: TurnBatch):
         critic_params = join_trainable(trainable, frozen)

@@ -1085,7 +1085,11 @@ def _critic_setup(config: Config, forward, optimizer, mesh) -> CriticSetup:
     return CriticSetup(
         cached(
             lambda width: make_values_fn(
-                forward, prompt_length=width, micro_batch_size=t.micro_batch_size, mesh=mesh
+                forward,
+                prompt_length=width,
+                micro_batch_size=t.micro_batch_size,
+                mesh=mesh,
+                prompt_widths=t.prompt_widths,
             )
         ),
         cached(
@@ -1097,6 +1101,7 @@ def _critic_setup(config: Config, forward, optimizer, mesh) -> CriticSetup:
                 micro_batch_size=t.micro_batch_size,
                 clip=config.critic.cliprange_value,
                 mesh=mesh,
+                prompt_widths=t.prompt_widths,
             )
         ),
         t.mini_batch_size,
