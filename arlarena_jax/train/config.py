@@ -180,10 +180,10 @@ class TrainerConfig:
     ppo_epochs: int = 1
     mini_batch_size: int = 256  # turn rows per optimizer step (ppo_mini_batch_size)
     micro_batch_size: int = 32  # rows per aggregated micro-batch (ppo_micro_batch_size_per_gpu)
-    # prompt widths compiled per packed batch width for the update and the log-prob passes: 1
-    # runs every micro-batch at its batch's width; k also compiles the k - 1 next narrower
-    # buckets and runs each micro-batch at the narrowest that holds its prompts (the same
-    # values, less left padding computed where a batch's prompts differ in length)
+    # prompt widths compiled per packed batch width for the update, the log-prob passes and a
+    # critic's passes: 1 runs every micro-batch at its batch's width; k also compiles the k - 1
+    # next narrower buckets and runs each micro-batch at the narrowest that holds its prompts (the
+    # same values, less left padding computed where a batch's prompts differ in length)
     prompt_widths: int = 1
     seed: int = 0
     # RL's own randomness (the training tasks drawn, the training sampler's stream); null: the
