@@ -16,7 +16,7 @@ import optax
 import pytest
 from flax import nnx
 
-from arlarena_jax.models import QwenConfig, QwenForCausalLM
+from arlarena_jax.models import QwenForCausalLM
 from arlarena_jax.models.value import ValueHead, value_model_from_policy
 from arlarena_jax.train.critic import (
     head_forward,
@@ -24,29 +24,19 @@ from arlarena_jax.train.critic import (
     make_values_fn,
     separate_forward,
 )
-from tests.turn_rows import rows_of_prompt_lengths
+from tests.turn_rows import TINY_CONFIG, rows_of_prompt_lengths
 
 WIDE, T = 64, 5
-CONFIG = QwenConfig(
-    vocab_size=48,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=128,
-)
 
 
 def critic(model: str):
     """``(forward, critic_params, policy_params)`` of a ``separate`` or ``head`` critic."""
-    policy = QwenForCausalLM(CONFIG, rngs=nnx.Rngs(0))
+    policy = QwenForCausalLM(TINY_CONFIG, rngs=nnx.Rngs(0))
     policy_graphdef, policy_params = nnx.split(policy)
     if model == "separate":
         graphdef, params = nnx.split(value_model_from_policy(policy, seed=1))
         return separate_forward(graphdef), params, policy_params
-    graphdef, params = nnx.split(ValueHead(CONFIG.hidden_size, rngs=nnx.Rngs(1)))
+    graphdef, params = nnx.split(ValueHead(TINY_CONFIG.hidden_size, rngs=nnx.Rngs(1)))
     return head_forward(graphdef, policy_graphdef), params, policy_params
 
 

@@ -15,7 +15,7 @@ import optax
 import pytest
 from flax import nnx
 
-from arlarena_jax.models import QwenConfig, QwenForCausalLM, response_log_probs, token_log_probs
+from arlarena_jax.models import QwenForCausalLM, response_log_probs, token_log_probs
 from arlarena_jax.objectives import advantage, ratio
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives.compose import Regularizer, chain
@@ -29,30 +29,20 @@ from arlarena_jax.train.update import (
     run_update,
     step_metric_reductions,
 )
-from tests.turn_rows import random_turn_rows, rows_of_prompt_lengths
+from tests.turn_rows import TINY_CONFIG, VOCAB, random_turn_rows, rows_of_prompt_lengths
 
 P, T = 6, 5
-CONFIG = QwenConfig(
-    vocab_size=48,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=64,
-)
 
 
 @pytest.fixture(scope="module")
 def split_model():
-    return nnx.split(QwenForCausalLM(CONFIG, rngs=nnx.Rngs(0)))
+    return nnx.split(QwenForCausalLM(TINY_CONFIG, rngs=nnx.Rngs(0)))
 
 
 def make_rows(rng: np.random.Generator, n: int):
     """n rows in groups of two trajectories, one turn each; returns 1 / 0 within each group."""
     sequences, batch = random_turn_rows(
-        rng, n, vocab=48, group_size=2, prompt_length=P, response_length=T
+        rng, n, vocab=VOCAB, group_size=2, prompt_length=P, response_length=T
     )
     return jax.tree.map(jnp.asarray, sequences), batch
 

@@ -425,21 +425,11 @@ def test_the_update_step_applies_the_corrections():
     import optax
     from flax import nnx
 
-    from arlarena_jax.models import QwenConfig, QwenForCausalLM
+    from arlarena_jax.models import QwenForCausalLM
     from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
-    from tests.turn_rows import random_turn_rows
+    from tests.turn_rows import TINY_CONFIG, VOCAB, random_turn_rows
 
-    config = QwenConfig(
-        vocab_size=48,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=64,
-    )
-    graphdef, params = nnx.split(QwenForCausalLM(config, rngs=nnx.Rngs(0)))
+    graphdef, params = nnx.split(QwenForCausalLM(TINY_CONFIG, rngs=nnx.Rngs(0)))
     objective = presets.build(
         "grpo",
         use_kl_loss=False,
@@ -448,7 +438,7 @@ def test_the_update_step_applies_the_corrections():
         rollout_rs="geometric",
     )
     sequences, batch = random_turn_rows(
-        np.random.default_rng(3), 4, vocab=48, group_size=2, prompt_length=6, response_length=5
+        np.random.default_rng(3), 4, vocab=VOCAB, group_size=2, prompt_length=6, response_length=5
     )
     sequences = jax.tree.map(jnp.asarray, sequences)
     batch = jax.tree.map(jnp.asarray, batch)

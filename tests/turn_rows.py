@@ -1,12 +1,26 @@
 """Random one-turn rows for update-step tests: token ids packed as model inputs and their
-:class:`~arlarena_jax.objectives.host.HostTurn` batch (host arrays)."""
+:class:`~arlarena_jax.objectives.host.HostTurn` batch (host arrays), and the tiny Qwen they are
+drawn for (:data:`TINY_CONFIG`, a vocabulary of :data:`VOCAB` ids)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from arlarena_jax.models import QwenConfig
 from arlarena_jax.objectives.host import HostTurn, collate
 from arlarena_jax.train.sequences import Sequences, pack_rows
+
+VOCAB = 48
+TINY_CONFIG = QwenConfig(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=128,
+)
 
 
 def random_turn_rows(
@@ -42,11 +56,11 @@ def random_turn_rows(
 
 def rows_of_prompt_lengths(lengths: list[int], prompt_length: int, response_length: int):
     """One-turn rows in groups of two whose prompts have the given lengths (random ids in
-    [1, 48)), returns 1, 0, 1, 0, …; returns (Sequences, TurnBatch)."""
+    [1, VOCAB)), returns 1, 0, 1, 0, …; returns (Sequences, TurnBatch)."""
     rng = np.random.default_rng(7)
-    prompts = [rng.integers(1, 48, n).tolist() for n in lengths]
+    prompts = [rng.integers(1, VOCAB, n).tolist() for n in lengths]
     responses = [
-        rng.integers(1, 48, rng.integers(1, response_length + 1)).tolist() for _ in lengths
+        rng.integers(1, VOCAB, rng.integers(1, response_length + 1)).tolist() for _ in lengths
     ]
     turns = [
         HostTurn(i // 2, i, 0, "state", float(i % 2 == 0), 0.0, True, [-1.0] * len(r))
