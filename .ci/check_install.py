@@ -2,7 +2,8 @@
 
 * every module of ``arlarena_jax`` and ``envs`` imports (an optional engine is imported lazily,
   so the package imports without its extra);
-* every subcommand of the installed ``arlarena`` script answers ``--help``;
+* the installed ``arlarena`` script answers ``--help``, and so does every subcommand (through the
+  script's own ``main``, in this process);
 * without the ``alfworld`` extra, ``arlarena alfworld build|generate`` and ``arlarena textworld
   build`` stop with one line that names the extra, before doing any work.
 
@@ -12,8 +13,10 @@ Exits 1 with one line per failure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
+import io
 import pkgutil
 import shutil
 import subprocess
@@ -52,13 +55,25 @@ def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
 
 
 def help_failures(script: str) -> list[str]:
+    """The installed script answers ``--help`` (one process); every subcommand path answers it
+    through the same ``main`` in this process (a process each would start JAX 23 times)."""
     from arlarena_jax.cli import build_parser
+    from arlarena_jax.cli import main as cli_main
 
     failures = []
-    for path in [(), *subcommands(build_parser())]:
-        done = subprocess.run([script, *path, "--help"], capture_output=True, text=True)
-        if done.returncode != 0 or "usage: arlarena" not in done.stdout:
-            failures.append(f"arlarena {' '.join(path)} --help: exit {done.returncode}")
+    done = subprocess.run([script, "--help"], capture_output=True, text=True)
+    if done.returncode != 0 or "usage: arlarena" not in done.stdout:
+        failures.append(f"arlarena --help: exit {done.returncode}")
+    for path in subcommands(build_parser()):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                cli_main([*path, "--help"])
+                code = "no exit"
+            except SystemExit as exit:
+                code = exit.code
+        if code != 0 or "usage: arlarena" not in out.getvalue():
+            failures.append(f"arlarena {' '.join(path)} --help: exit {code}")
     return failures
 
 
