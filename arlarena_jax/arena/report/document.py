@@ -164,8 +164,12 @@ def definitions(report: Report) -> Bullets:
             f"falls more than {rule.drop * 100:g} points below its best so far (the start's "
             f"included), once that best reached {rule.min_best * 100:g}%. A collapse is "
             f"{', '.join(sorted(report.collapse_on))}; the other events are warnings.",
-            "Plots: the mean over seeds at each step (seeds that logged it); the band spans the "
-            "seeds' min to max; dotted lines mark a seed's first collapse event.",
+            "Where each run ended: one dot per seed (seed order, left to right) at its final "
+            "held-out success ± the SE of that evaluation, the dashed line the mean success after "
+            "cloning; where runs kept per-game outcomes, their paired change over step 0 ± the "
+            "paired SE; a hollow dot is a collapsed run.",
+            "Training dynamics: the mean over seeds at each step (seeds that logged it); the band "
+            "spans the seeds' min to max; dotted lines mark a seed's first collapse event.",
         )
     )
 
