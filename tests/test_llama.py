@@ -274,9 +274,10 @@ def test_an_rl_update_follows_the_advantage_sign():
     from arlarena_jax.objectives import advantage, ratio
     from arlarena_jax.objectives.compose import chain
     from arlarena_jax.train.update import make_log_prob_fn, make_update_step, run_update
-    from tests.test_rl_update import CONFIG, P, make_rows, prepared
+    from tests.test_rl_update import P, make_rows, prepared
+    from tests.turn_rows import TINY_CONFIG
 
-    config = dataclasses.replace(CONFIG, model_type="llama", attention_bias=True)
+    config = dataclasses.replace(TINY_CONFIG, model_type="llama", attention_bias=True)
     graphdef, params = nnx.split(DecoderForCausalLM(config, rngs=nnx.Rngs(0)))
     objective = chain(advantage.grpo(), ratio.vanilla())
     sequences, batch = make_rows(np.random.default_rng(3), 8)
