@@ -698,3 +698,44 @@ def test_the_final_success_figure_shows_each_seeds_end(tmp_path: Path):
     (never,) = group_runs(load_runs([unevaluated]))
     assert not plot_final("sokoban", [never], tmp_path / "none.png", {})
     assert not (tmp_path / "none.png").exists()
+
+
+def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
+    """Seed 0, step 20, four games: GRPO wins 0-1, SAMPO wins 1-3, so d = (−1, 0, 1, 1): SAMPO −
+    GRPO = +25.0 ± 41.5 points (the paired-change arithmetic above), 2 games only SAMPO won, 1
+    only GRPO. Seed 1: SAMPO is at step 10 while GRPO reached 20: they meet at step 10 (wins
+    0-3 against 0-1, d = (0, 0, 1, 1): +50.0 ± sqrt(4 · 0.25 / 16) = 25.0), marked @step 10. A
+    seed only one method ran is left out."""
+    from arlarena_jax.arena.report.versus import head_to_head
+
+    runs = tmp_path / "runs"
+    grpo0 = make_run(runs, "grpo_seed0", scalars=val(0.5, 0.5))
+    sampo0 = make_run(runs, "sampo_seed0", method="sampo", scalars=val(0.5, 0.75))
+    grpo1 = make_run(runs, "grpo_seed1", seed=1, scalars=val(0.5, 0.5))
+    sampo1 = make_run(runs, "sampo_seed1", method="sampo", seed=1, scalars=val(1.0))
+    make_run(runs, "sampo_seed2", method="sampo", seed=2, scalars=val(0.5))
+    for run in (grpo0, grpo1, sampo0, sampo1):
+        held_out_games(run, 0, [True, False, False, False])
+    held_out_games(grpo0, 20, [True, True, False, False])
+    held_out_games(sampo0, 20, [False, True, True, True])
+    held_out_games(grpo1, 10, [True, True, False, False])
+    held_out_games(grpo1, 20, [False, False, False, False])
+    held_out_games(sampo1, 10, [True, True, True, True])
+
+    first, second = head_to_head(group_runs(load_runs([runs])))
+    assert (first.a, first.b, first.seed, first.step, first.final) == ("SAMPO", "GRPO", 0, 20, True)
+    assert (first.change.change, first.change.se) == pytest.approx((0.25, 0.414578), abs=1e-6)
+    assert (first.change.gained, first.change.lost) == (2, 1)
+    assert (second.seed, second.step, second.final) == (1, 10, False)
+    assert (second.change.change, second.change.se) == pytest.approx((0.5, 0.25), abs=1e-9)
+
+    build_report([runs], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| Seed 1 (points, paired SE; only A / only B won) |" in md
+    assert "Seed 2 (points" not in md  # only SAMPO ran seed 2
+    assert "| SAMPO − GRPO | +25.0 ± 41.5 (2/1) | +50.0 ± 25.0 (2/0) @step 10 |" in md
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [(v["seed"], v["only_a_won"], v["only_b_won"]) for v in summary["head_to_head"]] == [
+        (0, 2, 1),
+        (1, 2, 0),
+    ]

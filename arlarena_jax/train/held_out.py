@@ -94,13 +94,23 @@ def paired_change(before: Sequence[dict], after: Sequence[dict]) -> PairedChange
     )
 
 
+def evaluated_steps(run_dir: Path) -> list[int]:
+    """The steps whose per-game outcomes the run kept, ascending."""
+    steps = []
+    for path in (Path(run_dir) / HELD_OUT_DIR).glob("step_*.jsonl"):
+        digits = path.stem.removeprefix("step_")
+        if digits.isdigit():
+            steps.append(int(digits))
+    return sorted(steps)
+
+
 def run_change(run_dir: Path) -> PairedChange | None:
     """The paired change from a run's step-0 evaluation to its last one; None without both."""
-    files = sorted((Path(run_dir) / HELD_OUT_DIR).glob("step_*.jsonl"))
-    first = held_out_path(run_dir, 0)
-    if first not in files or files[-1] == first:
+    steps = evaluated_steps(run_dir)
+    if not steps or steps[0] != 0 or steps[-1] == 0:
         return None
-    return paired_change(read_records(first), read_records(files[-1]))
+    last = held_out_path(run_dir, steps[-1])
+    return paired_change(read_records(held_out_path(run_dir, 0)), read_records(last))
 
 
 def describe(change: PairedChange) -> str:

@@ -17,6 +17,7 @@ from arlarena_jax.arena.report.table import (
     cell,
     change_cell,
 )
+from arlarena_jax.arena.report.versus import Versus, head_to_head, versus_cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,19 @@ def _paired(record: dict) -> str:
     return f"{record['change_paired']:+.1f} ± {record['change_paired_se']:.1f}"
 
 
+def versus_table(comparisons: Sequence[Versus]) -> Table | None:
+    """One line per pair of methods (A − B), one column per seed both ran; None if none."""
+    if not comparisons:
+        return None
+    seeds = sorted({v.seed for v in comparisons})
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for v in comparisons:
+        cells.setdefault((v.a, v.b), {})[v.seed] = versus_cell(v)
+    headers = ("A − B", *(f"Seed {s} (points, paired SE; only A / only B won)" for s in seeds))
+    body = [(f"{a} − {b}", *(row.get(s, DASH) for s in seeds)) for (a, b), row in cells.items()]
+    return Table(headers, tuple(body))
+
+
 def first_events(report: Report, env: str) -> Bullets | None:
     """The first event of each kind per collapsed run of ``env``."""
     items = []
@@ -154,6 +168,10 @@ def definitions(report: Report) -> Bullets:
             "Change over step 0 (where runs kept their per-episode outcomes, held_out/): the "
             "final minus the step-0 success over the same held-out games, in points, ± its "
             "paired standard error sqrt(mean (d − d̄)² / n) over the per-game differences d.",
+            "Head to head (where runs kept their per-episode outcomes): method A's run minus "
+            "method B's run of the same seed in held-out success over the same games, at the "
+            "last step both evaluated (@step N where that is not both runs' last), in points, ± "
+            "the paired SE as above; (x/y): games only A won / only B won.",
             "Events: the trainer's stability monitor replayed on the logged metrics with each "
             f"run's monitor settings{_overridden(report.monitor)}, and success_collapse: "
             "training success averaged over "
@@ -215,6 +233,9 @@ def env_blocks(report: Report, env: str) -> list[Block]:
             )
             blocks += [Heading(heading, 3), Figures(items)]
     blocks += [Heading("Runs", 3), runs_table(report, env)]
+    versus = versus_table(head_to_head([g for g in report.groups if g.env == env]))
+    if versus is not None:
+        blocks += [Heading("Head to head (same seed, same held-out games)", 3), versus]
     events = first_events(report, env)
     if events:
         blocks += [Heading("Stability events (the first of each kind per run)", 3), events]

@@ -13,6 +13,7 @@ from arlarena_jax.arena.report.html import data_uri, render_html
 from arlarena_jax.arena.report.markdown import render_markdown
 from arlarena_jax.arena.report.model import Report, run_records
 from arlarena_jax.arena.report.table import Row, Stat
+from arlarena_jax.arena.report.versus import head_to_head, versus_record
 
 CSV_FIELDS = (
     "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
@@ -58,6 +59,11 @@ def write_summary(report: Report, path: Path) -> None:
         "collapse_on": sorted(report.collapse_on),
         "groups": [row_record(r) for r in report.rows],
         "runs": run_records(report),
+        "head_to_head": [
+            {"env": env} | versus_record(v)
+            for env in dict.fromkeys(g.env for g in report.groups)
+            for v in head_to_head([g for g in report.groups if g.env == env])
+        ],
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
     }
     path.write_text(json.dumps(summary, indent=2) + "\n")
