@@ -734,6 +734,10 @@ def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
     assert "| Seed 1 (points, paired SE; only A / only B won) |" in md
     assert "Seed 2 (points" not in md  # only SAMPO ran seed 2
     assert "| SAMPO − GRPO | +25.0 ± 41.5 (2/1) | +50.0 ± 25.0 (2/0) @step 10 |" in md
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert '<td class="label">SAMPO − GRPO</td><td>+25.0 ± 41.5 (2/1)</td>' in html  # 1 label
+    assert '<td class="label">grpo_seed0</td><td class="label">GRPO</td>' in html  # runs: 2
+    assert html.count('<div class="wide"><table>') == html.count("<table>")  # scroll, not spill
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(v["seed"], v["only_a_won"], v["only_b_won"]) for v in summary["head_to_head"]] == [
         (0, 2, 1),

@@ -40,6 +40,7 @@ class Bullets:
 class Table:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    labels: int = 2  # the leading columns that name a row (left-aligned); the rest are values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,7 @@ def versus_table(comparisons: Sequence[Versus]) -> Table | None:
         cells.setdefault((v.a, v.b), {})[v.seed] = versus_cell(v)
     headers = ("A − B", *(f"Seed {s} (points, paired SE; only A / only B won)" for s in seeds))
     body = [(f"{a} − {b}", *(row.get(s, DASH) for s in seeds)) for (a, b), row in cells.items()]
-    return Table(headers, tuple(body))
+    return Table(headers, tuple(body), labels=1)
 
 
 def first_events(report: Report, env: str) -> Bullets | None:

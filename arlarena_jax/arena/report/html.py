@@ -18,10 +18,11 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2e
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { border-bottom: 2px solid #ccc; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+.wide { overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; }
-td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: left; }
+th.label, td.label { text-align: left; }
 tbody tr:nth-child(even) { background: #fafafa; }
 .figures { display: flex; flex-wrap: wrap; gap: 1em; }
 figure { margin: 0; flex: 1 1 520px; max-width: 600px; }
@@ -36,12 +37,22 @@ def data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def _table(table: Table) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>\n" for row in table.rows
+def _cells(tag: str, texts: Sequence[str], labels: int) -> str:
+    """One row's cells; the first ``labels`` are left-aligned labels."""
+    return "".join(
+        f'<{tag} class="label">{escape(t)}</{tag}>' if i < labels else f"<{tag}>{escape(t)}</{tag}>"
+        for i, t in enumerate(texts)
     )
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>"
+
+
+def _table(table: Table) -> str:
+    """A table in a box that scrolls sideways when the table is wider than the page."""
+    head = _cells("th", table.headers, table.labels)
+    rows = "".join(f"<tr>{_cells('td', row, table.labels)}</tr>\n" for row in table.rows)
+    return (
+        f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n'
+        "</table></div>"
+    )
 
 
 def _figures(figures: Figures, src: Callable[[str], str]) -> str:
