@@ -743,3 +743,33 @@ def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
         (0, 2, 1),
         (1, 2, 0),
     ]
+
+
+def test_runs_whose_ratio_never_moved_are_named_on_policy(tmp_path: Path):
+    """|ppo_kl| ≤ 1e-5 and clip fraction 0 at every step: on-policy. A run with ppo_kl 2e-5 at
+    one step, or with one clipped step, is not; a cloning-only run (no ratio metrics) is not
+    counted. Two on-policy runs of two with updates: "All 2"; then one of three: named."""
+    from arlarena_jax.arena.report.on_policy import on_policy_note
+
+    def ratio(kl: list[float], clip: list[float]) -> dict:
+        return {
+            "actor/ppo_kl": dict(enumerate(kl, start=1)),
+            "actor/pg_clipfrac": dict(enumerate(clip, start=1)),
+        }
+
+    runs = tmp_path / "runs"
+    make_run(runs, "a", scalars=val(0.5) | ratio([1e-7, -4e-7], [0.0, 0.0]))
+    make_run(runs, "b", seed=1, scalars=val(0.5) | ratio([-1e-5, 0.0], [0.0, 0.0]))
+    make_run(runs, "cloning_only", seed=2, scalars=val())
+    loaded = load_runs([runs])
+    names = [r.path.name for r in loaded]
+    assert on_policy_note(loaded, names).startswith("All 2 runs with RL updates here had")
+    make_run(runs, "c", seed=3, scalars=val(0.5) | ratio([2e-5, 0.0], [0.0, 0.0]))
+    make_run(runs, "d", seed=4, scalars=val(0.5) | ratio([0.0, 0.0], [0.0, 0.01]))
+    loaded = load_runs([runs])
+    note = on_policy_note(loaded, [r.path.name for r in loaded])
+    assert note.startswith("2 of 4 runs with RL updates (a, b) had"), note
+    build_report([runs], tmp_path / "out", plots=False)
+    assert "2 of 4 runs with RL updates (a, b) had" in (tmp_path / "out" / "report.md").read_text()
+    alone = load_runs([runs / "c"])
+    assert on_policy_note(alone, ["c"]) is None

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from arlarena_jax.arena.report.final_plot import FINAL
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
+from arlarena_jax.arena.report.on_policy import on_policy_note
 from arlarena_jax.arena.report.table import (
     DASH,
     SCORE_NOTES,
@@ -223,6 +224,10 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     note = evaluations_note(report, env)
     if note is not None:
         blocks.append(note)
+    runs = [r for r in report.runs if r.env == env]
+    quiet = on_policy_note(runs, [str(r.path.relative_to(report.root)) for r in runs])
+    if quiet is not None:
+        blocks.append(Paragraph(quiet))
     figures = [p for p in report.plots if p.env == env]
     for heading, chosen in (
         ("Where each run ended", [p for p in figures if p.metric.key == FINAL.key]),
