@@ -1,0 +1,49 @@
+"""The real-model sweeps of issue 39 compare what they say they compare.
+
+The stressed TextWorld sweep is the arena's recipe with more off-policy optimizer steps per
+rollout: its runs must resolve to the arena's configs of the same method except for the keys that
+make the stress (mini-batch size, recomputed behaviour log-probs) and two that do not change the
+values learned (held-out evaluation points, prompt widths). A key that silently fell back to the
+base config (the learning rate did once: 1e-5 instead of the arena's 3e-5) fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arlarena_jax.arena.plan import plan
+from arlarena_jax.arena.spec import load_sweep
+from arlarena_jax.train.config import resolve
+from arlarena_jax.train.config_io import config_to_dict
+from arlarena_jax.train.start import flatten
+
+SWEEPS = Path(__file__).resolve().parents[1] / "configs" / "sweeps"
+STRESS_KEYS = {
+    "trainer.mini_batch_size",  # 8 rows: ~6 optimizer steps per rollout instead of 1
+    "trainer.use_rollout_log_probs",  # lp_old recomputed: the ratios see the drift
+    "trainer.eval_every",  # a held-out point at step 8 as well
+    "trainer.prompt_widths",  # narrower micro-batches, the same values
+}
+
+
+def resolved_runs(sweep: str, tmp_path: Path) -> dict[str, dict]:
+    """Method → the flattened, resolved config of the sweep's RL-seed-0 run of it."""
+    runs = plan(load_sweep(SWEEPS / sweep, out=tmp_path / sweep))
+    by_method = {}
+    for run in runs:
+        config = flatten(config_to_dict(resolve(run.config)))
+        if config["trainer.rl_seed"] in (0, None):
+            by_method[config["algorithm.method"]] = config
+    return by_method
+
+
+@pytest.mark.parametrize("method", ["grpo", "gspo", "sampo"])
+def test_the_stressed_sweep_is_the_arena_with_more_off_policy_steps(method, tmp_path):
+    arena = resolved_runs("smollm2_arena_textworld.yaml", tmp_path)[method]
+    stressed = resolved_runs("smollm2_stress_textworld.yaml", tmp_path)[method]
+    differing = {k for k in set(arena) | set(stressed) if arena.get(k) != stressed.get(k)}
+    assert differing == STRESS_KEYS, {k: (arena.get(k), stressed.get(k)) for k in differing}
+    assert stressed["optim.lr"] == arena["optim.lr"] == pytest.approx(3e-5)
+    assert stressed["trainer.mini_batch_size"] < arena["trainer.mini_batch_size"]
