@@ -47,3 +47,22 @@ def test_the_stressed_sweep_is_the_arena_with_more_off_policy_steps(method, tmp_
     assert differing == STRESS_KEYS, {k: (arena.get(k), stressed.get(k)) for k in differing}
     assert stressed["optim.lr"] == arena["optim.lr"] == pytest.approx(3e-5)
     assert stressed["trainer.mini_batch_size"] < arena["trainer.mini_batch_size"]
+
+
+def start_keys(sweep: str, tmp_path: Path) -> dict[str, str | None]:
+    """Run name → the key of the shared cloned start it begins from (None: no cloning)."""
+    runs = plan(load_sweep(SWEEPS / sweep, out=tmp_path / sweep))
+    return {run.name: run.start and run.start.key for run in runs}
+
+
+def test_the_textworld_sweeps_reuse_the_second_recipes_start(tmp_path):
+    (recipe,) = start_keys("smollm2_textworld_rl.yaml", tmp_path).values()
+    for sweep in ("smollm2_arena_textworld.yaml", "smollm2_stress_textworld.yaml"):
+        assert set(start_keys(sweep, tmp_path).values()) == {recipe}, sweep
+
+
+def test_alfworld_rl_starts_from_the_more_cloning_arms_policy(tmp_path):
+    arms = start_keys("smollm2_alfworld.yaml", tmp_path)
+    more_cloning = arms["alfworld/grpo_enabled=True_steps=204_total_steps=0_seed0"]
+    assert set(start_keys("smollm2_alfworld_rl_204.yaml", tmp_path).values()) == {more_cloning}
+    assert more_cloning != arms["alfworld/grpo_enabled=True_steps=24_total_steps=12_seed0"]
