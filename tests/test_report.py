@@ -486,7 +486,29 @@ def test_the_written_report(tmp_path: Path, capsys):
     assert by_run["sampo_seed0"]["state"] == "unknown"
     assert by_run["sampo_seed0"]["logged_events"] == ["step 3: x"]  # the trainer's own record
     assert by_run["grpo_seed1"]["success_best"] == pytest.approx(50.0, abs=1e-4)
+    # grpo_seed0: 0.4 at step 10, 0.3 at step 20; a tie (grpo_seed1: 0.5, 0.5) gives the first
+    assert by_run["grpo_seed0"]["success_lowest"] == pytest.approx(30.0, abs=1e-4)
+    assert by_run["grpo_seed0"]["success_lowest_step"] == 20
+    assert by_run["grpo_seed1"]["success_lowest_step"] == 10
+    assert "| 40.0 (step 10) | 30.0 (step 20) |" in md  # best, then lowest
     assert len((out / "runs.csv").read_text().splitlines()) == 4
+
+
+def document_text(runs: Path) -> str:
+    """report.md of the runs under ``runs``, written beside them."""
+    out = runs.parent / f"{runs.name}-report"
+    assert report_cli(str(runs), "-o", str(out)) == 0
+    return (out / "report.md").read_text()
+
+
+def test_the_lowest_success_column_only_where_a_run_had_several_evaluations(tmp_path: Path):
+    """A dip the run recovered from shows only in "Lowest": 0.5 → 0.2 (step 10) → 0.6."""
+    make_run(tmp_path / "once", "grpo_seed0", scalars=val(0.6))
+    make_run(tmp_path / "dip", "grpo_seed0", scalars=val(0.2, 0.6))
+    once = document_text(tmp_path / "once")
+    dip = document_text(tmp_path / "dip")
+    assert "Lowest success" not in once
+    assert "| 60.0 (step 20) | 60.0 (step 20) | 20.0 (step 10) |" in dip  # final, best, lowest
 
 
 def held_out_games(run: Path, step: int, wins: list[bool]) -> None:

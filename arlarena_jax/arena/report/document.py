@@ -90,6 +90,8 @@ def runs_table(report: Report, env: str) -> Table:
     records = [r for r in run_records(report) if r["env"] == env]
     names = sorted({name for rec in records for name in rec["evaluations"]})
     headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
+    dips = any(_several_evaluations(rec) for rec in records)
+    headers += ("Lowest success (%)",) if dips else ()
     headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
     headers += tuple(f"Success @{name} (%)" for name in names)
     paired = any(rec["change_paired"] is not None for rec in records)
@@ -103,6 +105,8 @@ def runs_table(report: Report, env: str) -> Table:
         step = DASH if rec["collapse_step"] is None else str(rec["collapse_step"])
         kinds = ", ".join(rec["collapse_kinds"]) or DASH
         body.append((rec["run"], rec["label"], str(rec["seed"]), state, steps, final, best))
+        if dips:
+            body[-1] += (_at(rec["success_lowest"], rec["success_lowest_step"]),)
         warnings = ", ".join(rec["warning_kinds"])
         warnings = f"{warnings} ({rec['warning_step']})" if warnings else DASH
         body[-1] += (step, kinds, warnings)
@@ -110,6 +114,13 @@ def runs_table(report: Report, env: str) -> Table:
         if paired:
             body[-1] += (_paired(rec),)
     return Table(headers, tuple(body))
+
+
+def _several_evaluations(record: dict) -> bool:
+    """Whether the run was evaluated at more than one step after step 0 (its lowest, best and
+    final success are then not all the one evaluation)."""
+    steps = {record["success_final_step"], record["success_best_step"]}
+    return len(steps | {record["success_lowest_step"]}) > 1
 
 
 def _paired(record: dict) -> str:
@@ -159,7 +170,8 @@ def definitions(report: Report) -> Bullets:
         (
             f"Success is {SUCCESS_KEY} (held-out episodes) in %. After cloning: step 0, before "
             "RL. Final: the last evaluated step after 0 (a run in progress: its newest). Best: "
-            "the maximum over evaluated steps after 0.",
+            "the maximum over evaluated steps after 0. Lowest (runs evaluated more than once "
+            "after step 0): the minimum over them, a dip the run may have recovered from.",
             "Cells are mean ± sample standard deviation (ddof=1) over seeds; (n=k) when only k "
             "seeds have the value. For one seed, ± x (SE) is instead the standard error of "
             "that evaluation over its n episodes (sqrt(p(1 − p)/n) for a success rate p), "

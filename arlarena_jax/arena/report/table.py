@@ -4,7 +4,7 @@ Per run, from an evaluated metric (``val/success_rate``, or the score):
 
 - *after cloning*: the value at step 0 (the policy the RL phase starts from);
 - *final*: the value at the last evaluated step after step 0 (a run in progress: its newest);
-- *best*: the maximum over evaluated steps after step 0.
+- *best*: the maximum over evaluated steps after step 0 (*lowest*, the minimum, per run).
 
 Per group: mean ± sample std (ddof=1) over seeds, and the relative change of the mean final
 success against the baseline group (GRPO) of the same environment, as the paper prints it:
@@ -49,13 +49,16 @@ SE_MARK = "(SE)"  # follows a one-seed cell's standard error, telling it from a 
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """One run's evaluated metric at the three points (None where not evaluated)."""
+    """One run's evaluated metric at the three points, and its lowest value after step 0 (a dip
+    that a run recovered from shows there, not in the final or best; None where not evaluated)."""
 
     after_cloning: float | None = None
     final: float | None = None
     final_step: int | None = None
     best: float | None = None
     best_step: int | None = None
+    lowest: float | None = None
+    lowest_step: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +87,8 @@ class Row:
 
 
 def evaluation(series: Series | None) -> Evaluation:
-    """The after-cloning, final and best values of an evaluated metric."""
+    """The after-cloning, final, best and lowest values of an evaluated metric (best and lowest
+    over the steps after 0, the first step on a tie)."""
     if series is None or not len(series.steps):
         return Evaluation()
     start = series.at(0)
@@ -92,8 +96,16 @@ def evaluation(series: Series | None) -> Evaluation:
     if not later.any():
         return Evaluation(after_cloning=start)
     steps, values = series.steps[later], series.values[later]
-    i = int(np.argmax(values))
-    return Evaluation(start, float(values[-1]), int(steps[-1]), float(values[i]), int(steps[i]))
+    i, j = int(np.argmax(values)), int(np.argmin(values))
+    return Evaluation(
+        start,
+        float(values[-1]),
+        int(steps[-1]),
+        float(values[i]),
+        int(steps[i]),
+        float(values[j]),
+        int(steps[j]),
+    )
 
 
 def stat(values: Sequence[float | None]) -> Stat:
