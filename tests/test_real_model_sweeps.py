@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from arlarena_jax.arena.plan import plan
+from arlarena_jax.arena.plan import PlannedRun, plan
 from arlarena_jax.arena.spec import load_sweep
 from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import config_to_dict
@@ -27,13 +27,17 @@ STRESS_KEYS = {
 }
 
 
+def planned(sweep: str, tmp_path: Path) -> list[PlannedRun]:
+    """The runs of ``configs/sweeps/<sweep>``, planned into ``tmp_path`` (nothing is run)."""
+    return plan(load_sweep(SWEEPS / sweep, out=tmp_path / sweep))
+
+
 def resolved_runs(sweep: str, tmp_path: Path) -> dict[str, dict]:
     """Method → the flattened, resolved config of the sweep's RL-seed-0 run of it."""
-    runs = plan(load_sweep(SWEEPS / sweep, out=tmp_path / sweep))
     by_method = {}
-    for run in runs:
+    for run in planned(sweep, tmp_path):
         config = flatten(config_to_dict(resolve(run.config)))
-        if config["trainer.rl_seed"] in (0, None):
+        if config["trainer.rl_seed"] is None:  # resolved: 0, or unset, is trainer.seed's
             by_method[config["algorithm.method"]] = config
     return by_method
 
@@ -50,8 +54,7 @@ def test_the_stressed_sweep_is_the_arena_with_more_off_policy_steps(method, tmp_
 
 def start_keys(sweep: str, tmp_path: Path) -> dict[str, str | None]:
     """Run name → the key of the shared cloned start it begins from (None: no cloning)."""
-    runs = plan(load_sweep(SWEEPS / sweep, out=tmp_path / sweep))
-    return {run.name: run.start and run.start.key for run in runs}
+    return {run.name: run.start and run.start.key for run in planned(sweep, tmp_path)}
 
 
 def test_the_textworld_sweeps_reuse_the_second_recipes_start(tmp_path):
