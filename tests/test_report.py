@@ -490,6 +490,7 @@ def test_the_written_report(tmp_path: Path, capsys):
     assert by_run["grpo_seed0"]["success_lowest"] == pytest.approx(30.0, abs=1e-4)
     assert by_run["grpo_seed0"]["success_lowest_step"] == 20
     assert by_run["grpo_seed1"]["success_lowest_step"] == 10
+    assert by_run["grpo_seed1"]["success_evaluations"] == 2  # steps 10 and 20, not step 0
     assert "| 40.0 (step 10) | 30.0 (step 20) |" in md  # best, then lowest
     assert len((out / "runs.csv").read_text().splitlines()) == 4
 

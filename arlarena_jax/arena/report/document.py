@@ -90,7 +90,7 @@ def runs_table(report: Report, env: str) -> Table:
     records = [r for r in run_records(report) if r["env"] == env]
     names = sorted({name for rec in records for name in rec["evaluations"]})
     headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
-    dips = any(_several_evaluations(rec) for rec in records)
+    dips = any(rec["success_evaluations"] > 1 for rec in records)
     headers += ("Lowest success (%)",) if dips else ()
     headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
     headers += tuple(f"Success @{name} (%)" for name in names)
@@ -114,13 +114,6 @@ def runs_table(report: Report, env: str) -> Table:
         if paired:
             body[-1] += (_paired(rec),)
     return Table(headers, tuple(body))
-
-
-def _several_evaluations(record: dict) -> bool:
-    """Whether the run was evaluated at more than one step after step 0 (its lowest, best and
-    final success are then not all the one evaluation)."""
-    steps = {record["success_final_step"], record["success_best_step"]}
-    return len(steps | {record["success_lowest_step"]}) > 1
 
 
 def _paired(record: dict) -> str:

@@ -66,6 +66,7 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
         "success_best_step": ev.best_step,
         "success_lowest": _number(ev.lowest, 100),
         "success_lowest_step": ev.lowest_step,
+        "success_evaluations": ev.count,  # after step 0
         "change_paired": None if change is None else _number(change.change, 100),
         "change_paired_se": None if change is None else _number(change.se, 100),
         "collapsed": collapse.collapsed,

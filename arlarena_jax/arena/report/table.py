@@ -59,6 +59,7 @@ class Evaluation:
     best_step: int | None = None
     lowest: float | None = None
     lowest_step: int | None = None
+    count: int = 0  # evaluations after step 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Row:
 
 def evaluation(series: Series | None) -> Evaluation:
     """The after-cloning, final, best and lowest values of an evaluated metric (best and lowest
-    over the steps after 0, the first step on a tie)."""
+    over the steps after 0, the first step on a tie), and how many evaluations followed step 0."""
     if series is None or not len(series.steps):
         return Evaluation()
     start = series.at(0)
@@ -105,6 +106,7 @@ def evaluation(series: Series | None) -> Evaluation:
         int(steps[i]),
         float(values[j]),
         int(steps[j]),
+        int(later.sum()),
     )
 
 

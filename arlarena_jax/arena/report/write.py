@@ -18,9 +18,9 @@ from arlarena_jax.arena.report.versus import head_to_head, versus_record
 CSV_FIELDS = (
     "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
     "success_after_cloning", "success_final", "success_final_step", "success_best",
-    "success_best_step", "success_lowest", "success_lowest_step", "change_paired",
-    "change_paired_se", "collapsed", "collapse_step", "collapse_kinds", "warning_step",
-    "warning_kinds",
+    "success_best_step", "success_lowest", "success_lowest_step", "success_evaluations",
+    "change_paired", "change_paired_se", "collapsed", "collapse_step", "collapse_kinds",
+    "warning_step", "warning_kinds",
 )  # fmt: skip
 
 
