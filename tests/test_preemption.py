@@ -342,3 +342,52 @@ def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
     assert out == f"arlarena: run {tmp_path} is complete (step 1); nothing to do\n" and not err
     more = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.total_steps=2"])
     assert complete_summary(more) is None  # a raised total_steps goes on training
+
+
+def test_a_step_stopped_during_its_evaluation_is_evaluated_on_the_next_start(
+    shared, tmp_path, monkeypatch
+):
+    """SIGTERM lands as step 1's held-out evaluation begins (``trainer.eval_every=1`` of 2
+    steps): step 1 is saved without its ``held_out`` file. The next start evaluates step 1
+    first, then trains step 2; that evaluation's per-episode outcomes and ``val/`` scalars equal
+    an uninterrupted run's (same saved parameters, the evaluation's own seed stream)."""
+    from arlarena_jax.train.held_out import held_out_path, read_records
+    from arlarena_jax.train.metrics import read_scalars
+
+    extra = ["sft.steps=2", "trainer.total_steps=2", "trainer.eval_every=1"]
+    config = lambda name: load_config(CONFIG, [*overrides(shared, tmp_path / name), *extra])  # noqa: E731
+    guard, evaluations = SignalOnEntering("never"), []
+    original_evaluate, original_init = Run.evaluate, Run.__init__
+
+    def evaluate(self, step=None):
+        evaluations.append((self.host.step, step))
+        if self.host.step == 1 and step is None:  # Run.step's evaluation: signal as it begins
+            guard.phase = self.phase
+        return original_evaluate(self, step)
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        guard.run = self
+
+    monkeypatch.setattr(Run, "evaluate", evaluate)
+    monkeypatch.setattr(Run, "__init__", init)
+    stopped = tmp_path / "stopped"
+    summary = train(config("stopped"), console=False, guard=guard)
+    assert summary.stopped == "SIGTERM during RL at step 1 of 2"
+    assert (stopped / "checkpoints" / "1").is_dir()
+    assert not held_out_path(stopped, 1).exists()
+
+    evaluations.clear()
+    guard.phase = "never"
+    finished = train(config("stopped"), console=False, guard=guard)
+    assert finished.stopped is None and finished.steps == 2
+    assert evaluations[0] == (1, 1)  # step 1's evaluation, before step 2 trained
+    assert held_out_path(stopped, 1).is_file()
+
+    monkeypatch.undo()
+    whole = tmp_path / "whole"
+    assert train(config("whole"), console=False).stopped is None
+    assert read_records(held_out_path(stopped, 1)) == read_records(held_out_path(whole, 1))
+    val = lambda run_dir: read_scalars(run_dir / "tensorboard")["val/success_rate"]  # noqa: E731
+    assert [s for s, _ in val(stopped)] == [s for s, _ in val(whole)]
+    assert dict(val(stopped))[1] == dict(val(whole))[1]

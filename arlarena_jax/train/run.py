@@ -21,7 +21,8 @@ before and after the export) and raises :class:`Stopped` once SIGTERM or SIGINT 
 stopped cloning first saves its state (parameters, optimizer state, steps done) in
 ``run_dir/checkpoints_sft``, and :meth:`Run.stopped` saves the RL state once there is one. The
 next start continues from there: from the RL checkpoints, else from the cloning checkpoint, which
-is removed once the cloned policy is saved as step 0.
+is removed once the cloned policy is saved as step 0. An RL step saved by a stop during its
+held-out evaluation (``trainer.eval_every``) is evaluated first on the next start.
 
 Hard kills (SIGKILL, a lost node): cloning also saves its state every ``sft.save_every_s`` seconds
 of cloning and after its last step, and its demonstrations are kept in
@@ -672,7 +673,7 @@ class Run:
         metrics |= self.monitor.metrics()
         calls = self._consumed_calls if self.asynchronous else self.policy.calls
         self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, calls
-        try:  # the step is complete: a stop during its evaluation saves it
+        try:  # the step is complete: a stop during its evaluation saves it (a resume redoes it)
             if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
                 metrics |= self.evaluate()  # written with the step's metrics
                 self._keep_episodes(step)
@@ -966,8 +967,23 @@ class Run:
         unevaluated = resumed == 0 and evaluates and self.host.sft_success is None
         if resumed is None or unevaluated:  # unevaluated: stopped during that evaluation
             self._start_policy()
+        elif resumed > 0:
+            self._evaluate_if_missed(resumed)
         self._remove_cloning_checkpoint()
         self.phase = "RL"
+
+    def _evaluate_if_missed(self, step: int) -> None:
+        """Redo the held-out evaluation due at ``step`` when its ``held_out`` file is missing: a
+        stop during it saved the step without it. Evaluation plays its own seed stream from call
+        0 (``eval_policy``), so this is the evaluation the uninterrupted run made. Process 0's
+        files decide, for every process alike."""
+        t = self.config.trainer
+        if not (t.eval_every and step % t.eval_every == 0 and step < t.total_steps):
+            return
+        missing = jax.process_index() == 0 and not held_out_path(self.run_dir, step).exists()
+        if self._on_any_process(missing)[0]:
+            self.phase = "evaluation"
+            self.evaluate(step)
 
     def _start_policy(self) -> None:
         """Evaluate the starting policy (with cloning or ``trainer.eval_at_start``); save it as
