@@ -655,7 +655,7 @@ class Run:
 
     def step(self) -> dict[str, float]:
         """One RL iteration: rollout, update, sync, monitor (and roll back), evaluate, log."""
-        t, state = self.config.trainer, self.train_state()
+        state = self.train_state()
         self.host.step += 1
         step = self.host.step
         if self.asynchronous:
@@ -674,7 +674,7 @@ class Run:
         calls = self._consumed_calls if self.asynchronous else self.policy.calls
         self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, calls
         try:  # the step is complete: a stop during its evaluation saves it (a resume redoes it)
-            if t.eval_every and step % t.eval_every == 0 and step < t.total_steps:
+            if self._evaluates_at(step):
                 metrics |= self.evaluate()  # written with the step's metrics
                 self._keep_episodes(step)
         finally:
@@ -972,13 +972,18 @@ class Run:
         self._remove_cloning_checkpoint()
         self.phase = "RL"
 
+    def _evaluates_at(self, step: int) -> bool:
+        """Whether RL step ``step`` ends with a held-out evaluation (every ``trainer.eval_every``
+        steps; the last step's is the final evaluation)."""
+        t = self.config.trainer
+        return bool(t.eval_every) and step % t.eval_every == 0 and step < t.total_steps
+
     def _evaluate_if_missed(self, step: int) -> None:
         """Redo the held-out evaluation due at ``step`` when its ``held_out`` file is missing: a
         stop during it saved the step without it. Evaluation plays its own seed stream from call
         0 (``eval_policy``), so this is the evaluation the uninterrupted run made. Process 0's
         files decide, for every process alike."""
-        t = self.config.trainer
-        if not (t.eval_every and step % t.eval_every == 0 and step < t.total_steps):
+        if not self._evaluates_at(step):
             return
         missing = jax.process_index() == 0 and not held_out_path(self.run_dir, step).exists()
         if self._on_any_process(missing)[0]:
