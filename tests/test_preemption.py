@@ -258,6 +258,16 @@ class SignalOnEntering:
     def requested(self) -> bool:
         return self.run is not None and self.run.phase == self.phase
 
+    def watch_runs(self, monkeypatch) -> None:
+        """Watch the phase of every :class:`Run` built from now on (until ``monkeypatch.undo``)."""
+        original_init = Run.__init__
+
+        def init(run, *args, **kwargs):
+            original_init(run, *args, **kwargs)
+            self.run = run
+
+        monkeypatch.setattr(Run, "__init__", init)
+
 
 @pytest.mark.parametrize(("phase", "at"), [("demonstrations", ""), ("export", " at step 1 of 1")])
 def test_a_stop_during_demonstrations_or_export_saves_and_the_next_start_finishes(
@@ -265,13 +275,7 @@ def test_a_stop_during_demonstrations_or_export_saves_and_the_next_start_finishe
 ):
     config = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.export_hf=true"])
     guard = SignalOnEntering(phase)
-    original_init = Run.__init__
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        guard.run = self
-
-    monkeypatch.setattr(Run, "__init__", init)
+    guard.watch_runs(monkeypatch)
     summary = train(config, console=False, guard=guard)
     assert summary.stopped == f"SIGTERM during {phase}{at}"
     assert not (tmp_path / "hf").exists()  # the export had not begun
@@ -305,14 +309,9 @@ def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
         evaluations.append(self.phase)
         return original_evaluate(self, *args, **kwargs)
 
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        guard.run = self
-
-    original_init = Run.__init__
     monkeypatch.setattr(run_module, "export_hf", export)
     monkeypatch.setattr(Run, "evaluate", evaluate)
-    monkeypatch.setattr(Run, "__init__", init)
+    guard.watch_runs(monkeypatch)
     summary = train(config, console=False, guard=guard)
     assert summary.stopped == "SIGTERM during export at step 1 of 1"
     assert exports == [1] and (tmp_path / "hf").is_dir()
@@ -357,7 +356,7 @@ def test_a_step_stopped_during_its_evaluation_is_evaluated_on_the_next_start(
     extra = ["sft.steps=2", "trainer.total_steps=2", "trainer.eval_every=1"]
     config = lambda name: load_config(CONFIG, [*overrides(shared, tmp_path / name), *extra])  # noqa: E731
     guard, evaluations = SignalOnEntering("never"), []
-    original_evaluate, original_init = Run.evaluate, Run.__init__
+    original_evaluate = Run.evaluate
 
     def evaluate(self, step=None):
         evaluations.append((self.host.step, step))
@@ -365,12 +364,8 @@ def test_a_step_stopped_during_its_evaluation_is_evaluated_on_the_next_start(
             guard.phase = self.phase
         return original_evaluate(self, step)
 
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        guard.run = self
-
     monkeypatch.setattr(Run, "evaluate", evaluate)
-    monkeypatch.setattr(Run, "__init__", init)
+    guard.watch_runs(monkeypatch)
     stopped = tmp_path / "stopped"
     summary = train(config("stopped"), console=False, guard=guard)
     assert summary.stopped == "SIGTERM during RL at step 1 of 2"
