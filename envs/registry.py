@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -23,7 +23,10 @@ from arlarena_jax.errors import ConfigError
 from envs.base import EnvBatch
 from envs.text import Expert, TaskFormat
 
-PURPOSES = ("train", "eval")
+# The three splits every environment declares, disjoint and fixed: training episodes, the
+# validation episodes that every choice reads (a recipe, a best step, an early stop), and the test
+# episodes a result is reported on (docs/environments.md §1.9).
+SPLITS = ("train", "validation", "test")
 
 
 def _no_data_check(env: Any, training: bool) -> None:
@@ -38,8 +41,14 @@ def _ten(env: Any) -> float:
 class EnvSpec:
     """Everything the trainer needs to know about one environment (see the module doc).
 
-    * ``make_batch(env, num_envs, purpose)``: ``num_envs`` environments for ``"train"`` or
-      ``"eval"`` tasks.
+    * ``make_batch(env, num_envs, split)``: ``num_envs`` environments playing the episodes of
+      ``split`` (one of :data:`SPLITS`).
+    * ``split_members(env)``: per split, the identities of its episodes (game content hashes,
+      goal indices, problem ids) for the start-up check that no two splits share one
+      (:func:`check_disjoint`); None: the splits are seed ranges the trainer keeps apart
+      (Sokoban's generated rooms).
+    * ``splits``: the splits the environment declares, each a valid ``trainer.eval_split``
+      (the built-in environments: all of :data:`SPLITS`).
     * ``formats``: the prompt formats by ``env.prompt`` value (the config's default is
       ``"paper"``); only these values validate (:meth:`task_format`).
     * ``expert(env)``: the scripted expert behind demonstrations and the tiny tokenizer's corpus
@@ -57,8 +66,9 @@ class EnvSpec:
     * ``method_settings``: per method preset, hyper-parameter overrides from this
       environment's release scripts (``{method: {field: value}}``).
     * ``commands(subparsers)``: adds the environment's own ``arlarena`` subcommands (optional).
-    * ``eval_episodes(env)``: the number of evaluation episodes the environment's protocol
-      fixes (math: every problem k times, for avg@k); None: ``trainer.eval_episodes``.
+    * ``eval_episodes(env, split)``: the number of evaluation episodes the environment's
+      protocol fixes for ``split`` (math: every problem k times, for avg@k); None:
+      ``trainer.eval_episodes``.
     * ``native_reward``, ``progress``, ``single_reward(env)``: what the environment's own reward
       is (``single`` or ``dense``), its progress signal where it has an honest one
       (:class:`envs.rewards.Progress`), and the winning step's reward under ``env.reward: single``
@@ -85,7 +95,9 @@ class EnvSpec:
     commands: Callable[[Any], None] | None = None
     ignores: Mapping[str, str] = dataclasses.field(default_factory=dict)
     rows: tuple[str, ...] = ("turn",)
-    eval_episodes: Callable[[Any], int] | None = None
+    eval_episodes: Callable[[Any, str], int] | None = None
+    split_members: Callable[[Any], Mapping[str, Collection[Hashable]]] | None = None
+    splits: tuple[str, ...] = SPLITS  # the splits the environment declares (trainer.eval_split)
     native_reward: str = "single"  # what the environment's own reward is: single or dense
     progress: Any = None  # envs.rewards.Progress: the honest progress signal (None: none)
     single_reward: Callable[[Any], float] = _ten  # the winning step's reward for env.reward single
@@ -95,6 +107,8 @@ class EnvSpec:
             raise ValueError(
                 f"environment rows must be 'turn' and/or 'trajectory', got {self.rows}"
             )
+        if not self.splits or not set(self.splits) <= set(SPLITS):
+            raise ValueError(f"environment splits must be among {SPLITS}, got {self.splits}")
         if not self.name or not self.name.isidentifier():
             raise ValueError(f"environment name must be an identifier, got {self.name!r}")
         if not self.formats:
@@ -121,11 +135,37 @@ class EnvSpec:
         return self.formats[prompt]
 
 
-def check_purpose(purpose: str) -> str:
-    """``purpose`` if it is ``"train"`` or ``"eval"``, else a ValueError."""
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose must be 'train' or 'eval', got {purpose!r}")
-    return purpose
+def check_split(split: str) -> str:
+    """``split`` if it is one of :data:`SPLITS`, else a one-line ValueError naming them."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def overlaps(members: Mapping[str, Collection[Hashable]]) -> list[tuple[str, str, list]]:
+    """Every pair of splits that share an episode, with (up to three of) the shared ones, in
+    :data:`SPLITS` order."""
+    named = [name for name in SPLITS if name in members]
+    found = []
+    for i, first in enumerate(named):
+        for second in named[i + 1 :]:
+            shared = set(members[first]) & set(members[second])
+            if shared:
+                found.append((first, second, sorted(shared, key=str)[:3]))
+    return found
+
+
+def check_disjoint(spec: EnvSpec, env: Any) -> None:
+    """Refuse, in one ConfigError line, splits of ``env`` that share an episode."""
+    if spec.split_members is None:
+        return
+    found = overlaps(spec.split_members(env))
+    if found:
+        first, second, shared = found[0]
+        raise ConfigError(
+            f"environment {spec.name!r}: splits {first!r} and {second!r} overlap "
+            f"(e.g. {', '.join(map(str, shared))}): the splits must be disjoint"
+        )
 
 
 _SPECS: dict[str, EnvSpec] = {}

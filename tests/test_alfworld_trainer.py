@@ -23,7 +23,8 @@ def small(root, run_dir) -> list[str]:
     return [
         f"env.data_path={root}",
         f"trainer.run_dir={run_dir}",
-        "sft.num_episodes=6",  # every game once: the short ones succeed
+        "env.alfworld.validation_games=1",  # one of the six training games kept apart
+        "sft.num_episodes=5",  # every training game once: the short ones succeed
         "sft.steps=1",
         "env.history_length=0",  # shorter prompts: fewer and smaller compiled shapes
         "env.train_batch_size=2",
@@ -61,7 +62,7 @@ def test_alfworld_run_clones_trains_and_evaluates(alfworld_data_root, tmp_path):
     ("override", "message"),
     [
         ("env.data_path={tmp}", "no solvable ALFWorld games"),
-        ("env.alfworld.eval_split=valid_train", "env.alfworld.eval_split"),
+        ("env.alfworld.test_split=valid_train", "env.alfworld.test_split"),
     ],
 )
 def test_alfworld_cli_refuses_missing_games_or_a_bad_split_in_one_line(

@@ -99,8 +99,10 @@ def test_unknown_names_and_prompts_are_one_line_errors():
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("config key 'env.prompt': 'compact' exists only for math, sokoban")
-    with pytest.raises(ValueError, match="purpose must be 'train' or 'eval'"):
-        registry.check_purpose("test")
+    with pytest.raises(
+        ValueError, match="split must be one of train, validation, test, got 'eval'"
+    ):
+        registry.check_split("eval")
 
 
 def test_config_validation_reads_the_registry():

@@ -40,7 +40,7 @@ pytestmark = [
 def small(run_dir) -> list[str]:
     return [
         f"trainer.run_dir={run_dir}",
-        "env.math.eval_files=[aime2024]",
+        "env.math.test_files=[aime2024]",
         "env.train_batch_size=2",
         "env.group_size=2",
         "env.max_turns=2",
@@ -59,7 +59,7 @@ def small(run_dir) -> list[str]:
 def test_the_answer_oracle_scores_every_aime_problem():
     """The oracle's one code turn runs in the real sandbox; the printed \\boxed answer is scored by
     math-verify in the scoring worker: every problem is solved, in one turn, with valid code."""
-    config = load_config(CONFIG, ["env.math.eval_files=[aime2024]"])
+    config = load_config(CONFIG, ["env.math.test_files=[aime2024]"])
     spec = registry.get("math")
     batch = spec.make_batch(config.env, 30, "eval")
     try:
@@ -134,7 +134,7 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
             "env.math.isolation=chroot",
             "config key 'env.math.isolation': must be one of",
         ),
-        ("env.math.eval_files=[aime2030]", "aime2030"),
+        ("env.math.test_files=[aime2030]", "aime2030"),
         ("env.math.sandbox_timeout_s=0", "config key 'env.math.sandbox_timeout_s': must be > 0"),
     ],
 )

@@ -45,7 +45,8 @@ SMALL = [
 ]
 TEXTWORLD = [
     "env.textworld.train_games=2",
-    "env.textworld.eval_games=2",
+    "env.textworld.test_games=2",
+    "env.textworld.validation_games=2",
     "env.textworld.build_workers=0",
     "env.max_turns=4",  # the walkthrough is 4 commands: cloning keeps won episodes only
     "env.eval_batch_size=2",

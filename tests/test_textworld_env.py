@@ -25,7 +25,8 @@ from envs.pool import EnvPool
 from envs.rewards import ShapedRewards
 from envs.textworld import spec
 from envs.textworld.build import (
-    EVAL_OFFSET,
+    TEST_OFFSET,
+    VALIDATION_OFFSET,
     build_split,
     read_manifest,
     select,
@@ -42,7 +43,8 @@ TRAIN, EVAL = 3, 2
 
 def full_config(root, *overrides: str):
     settings = [f"env.data_path={root}", f"env.textworld.train_games={TRAIN}"]
-    settings += [f"env.textworld.eval_games={EVAL}", "env.textworld.build_workers=0"]
+    settings += [f"env.textworld.test_games={EVAL}", f"env.textworld.validation_games={EVAL}"]
+    settings += ["env.textworld.build_workers=0"]
     return load_config("configs/textworld/base_tiny.yaml", settings + list(overrides))
 
 
@@ -63,11 +65,17 @@ def train_games(root):
 
 
 def test_splits_are_built_deterministic_and_disjoint(root, train_games, tmp_path):
-    held_out = read_manifest(split_folder(root, TIER, 0, "eval"))[:EVAL]
+    held_out = read_manifest(split_folder(root, TIER, 0, "test"))[:EVAL]
+    validation = read_manifest(split_folder(root, TIER, 0, "validation"))[:EVAL]
     train = read_manifest(split_folder(root, TIER, 0, "train"))[:TRAIN]
-    assert [g.seed for g in held_out] == [EVAL_OFFSET, EVAL_OFFSET + 1]
-    assert [g.seed for g in train] == [0, 1, 2] and all(g.solvable for g in train + held_out)
-    assert not {g.hash for g in train} & {g.hash for g in held_out}
+    assert [g.seed for g in held_out] == [TEST_OFFSET, TEST_OFFSET + 1]
+    assert [g.seed for g in validation] == [VALIDATION_OFFSET, VALIDATION_OFFSET + 1]
+    assert [g.seed for g in train] == [0, 1, 2]
+    assert all(g.solvable for g in train + validation + held_out)
+    hashes = [{g.hash for g in games} for games in (train, validation, held_out)]
+    assert not hashes[0] & hashes[1] and not hashes[0] & hashes[2] and not hashes[1] & hashes[2]
+    members = spec.split_members(config(root))
+    assert [members[s] for s in ("train", "validation", "test")] == hashes
     assert len(train_games[0]) == TRAIN and all(w for w in train_games[1])
     again = build_split(tmp_path, TIER, 0, "train", 1)[0]  # the same game in another folder
     assert dataclasses.replace(again) == train[0]
@@ -131,7 +139,7 @@ def test_prompt_lists_the_admissible_commands_and_projects_against_them(train_ga
 
 def test_the_expert_wins_every_game_through_the_prompts(root, train_games):
     env = config(root)
-    for split in ("train", "eval"):
+    for split in ("train", "validation", "test"):
         files, walkthroughs = spec.split_games(env, split)
         batch = LocalEnvBatch(TextworldFactory(files, max_steps=12), len(files))
         trajectories = collect(
@@ -171,7 +179,7 @@ def test_missing_games_are_a_one_line_error_without_auto_build(tmp_path):
     with pytest.raises(ConfigError) as info:
         spec.check_data(env, training=False)
     message = str(info.value)
-    assert "\n" not in message and "0 of 2 eval games" in message
+    assert "\n" not in message and "0 of 2 test games" in message
     assert "arlarena textworld build" in message
 
 
@@ -185,7 +193,7 @@ def test_bad_settings_are_refused():
 
 
 def test_the_cooking_tier_generates_winnable_games_whose_score_moves(tmp_path):
-    game = generate("cooking", 5, "eval", str(tmp_path))
+    game = generate("cooking", 5, "test", str(tmp_path))
     assert game.solvable and len(game.walkthrough) > 4 and (tmp_path / game.file).is_file()
     env = TextworldEnv([str(tmp_path / game.file)], max_steps=50, progress="score")
     env.reset(0)
@@ -234,11 +242,11 @@ def test_normalised_dense_rewards_reach_the_rows_and_sum_to_one_on_won_games(roo
     rollout: every walkthrough step gains one of the quest's 4 commands, so each row's reward is
     1/4, the returns are 1 and success still reads ``won``; ``native`` gives the raw batch."""
     dense = ["env.reward=dense", "env.reward_normalise=true", "env.num_workers=0"]
-    files, walkthroughs = spec.split_games(config(root), "eval")
-    native = build.make_envs(full_config(root, "env.num_workers=0"), len(files), "eval")
+    files, walkthroughs = spec.split_games(config(root), "test")
+    native = build.make_envs(full_config(root, "env.num_workers=0"), len(files), "test")
     assert isinstance(native, LocalEnvBatch)
     native.close()
-    batch = build.make_envs(full_config(root, *dense), len(files), "eval")
+    batch = build.make_envs(full_config(root, *dense), len(files), "test")
     assert isinstance(batch, ShapedRewards) and isinstance(batch.batch, LocalEnvBatch)
     rollout = collect(
         batch,

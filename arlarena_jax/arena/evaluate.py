@@ -18,7 +18,9 @@ started once the run is done; any run directory can be evaluated the same way by
    newest checkpoint and evaluates it on the held-out seeds of the new settings
    (``Run.evaluate``: the trainer's own evaluation, its sampling and seeds);
 4. writes ``RUN_DIR/evaluations/NAME/metrics.json`` atomically: ``name``, ``overrides``, the
-   checkpoint ``step``, the ``episodes`` and the ``metrics`` (``val/…``).
+   checkpoint ``step``, the ``split`` it played (``trainer.eval_split``), the ``episodes`` and
+   the ``metrics`` (``val/…``), and the per-episode outcomes beside it in ``episodes.jsonl``
+   (``arlarena_jax.train.held_out``'s records: paired comparisons between runs).
 
 ``RUN_DIR/evaluations/NAME`` is also the job's directory in a sweep (``sweep_state.json``,
 ``sweep.log``). ``arlarena report`` reads the records (:func:`read_evaluations`) and shows their
@@ -37,6 +39,7 @@ from typing import Any
 from arlarena_jax.errors import ConfigError
 
 EVALUATIONS_DIR, METRICS_FILE, TOKENIZER_DIR = "evaluations", "metrics.json", "tokenizer"
+EPISODES_FILE = "episodes.jsonl"
 LOCK_WAIT_S = 3600.0  # how long an evaluation waits for a run directory another process holds
 # set by the evaluation itself: it reads the run's own checkpoint, from no shared start
 NOT_EVALUATION_KEYS = ("trainer.run_dir", "sft.init_from")
@@ -130,6 +133,7 @@ def evaluate_run(run_dir: Path, name: str, overrides: list[str]) -> dict[str, An
     """Evaluate the run's newest checkpoint under ``overrides`` and record it (module doc);
     the record."""
     from arlarena_jax.train.build import eval_episodes
+    from arlarena_jax.train.held_out import write_records
     from arlarena_jax.train.run import Run
 
     config = evaluation_config(run_dir, name, overrides)
@@ -138,15 +142,19 @@ def evaluate_run(run_dir: Path, name: str, overrides: list[str]) -> dict[str, An
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to evaluate")
         metrics = run.evaluate()
+        episodes = run.last_eval_episodes
+    job_dir = run_dir / EVALUATIONS_DIR / name
+    write_records(job_dir / EPISODES_FILE, episodes)
     record = {
         "name": name,
         "run_dir": str(run_dir),
         "overrides": list(overrides),
         "step": step,
+        "split": config.trainer.eval_split,
         "episodes": eval_episodes(config),
         "metrics": {k: float(v) for k, v in sorted(metrics.items())},
     }
-    write_evaluation(run_dir / EVALUATIONS_DIR / name, record)
+    write_evaluation(job_dir, record)
     return record
 
 
@@ -157,7 +165,8 @@ def eval_run_command(args: argparse.Namespace) -> int:
     record = evaluate_run(run_dir, args.name, list(args.overrides))
     print(
         f"{run_dir} checkpoint step {record['step']}, evaluation {args.name!r} "
-        f"({' '.join(args.overrides) or 'no overrides'}), {record['episodes']} held-out episodes:"
+        f"({' '.join(args.overrides) or 'no overrides'}), {record['episodes']} episodes of the "
+        f"{record['split']} split:"
     )
     for key, value in record["metrics"].items():
         print(f"  {key:<40} {value:.4f}")

@@ -22,6 +22,10 @@
     budget:
       rl_steps: 12                    # trainer.total_steps of every run (an axis may set it)
       minutes_per_run: 30             # a run's wall-clock limit: SIGTERM, saved, resumable
+    protocol:                         # the splits (docs/arena.md, "Protocol"): every run's
+      select_on: validation           # evaluations play this split, and every choice reads it;
+      end_point: final                # each run's final policy is evaluated once on the test
+                                      # split (the evaluation "test"); select_on: test is refused
     starts: runs/starts               # where shared cloned starts live (reused across sweeps)
     slurm: {partition: gpu, gpus_per_node: 1, cpus_per_task: 8}   # the cluster executor's job
 
@@ -53,8 +57,11 @@ KNOWN_KEYS = (
     "out",
     "starts",
     "slurm",
+    "protocol",
 )
 METHOD_KEY, SEED_KEY, STEPS_KEY = "algorithm.method", "trainer.seed", "trainer.total_steps"
+SPLIT_KEY, TEST_EVALUATION = "trainer.eval_split", "test"
+END_POINTS = ("final",)  # the policies a protocol evaluates on the test split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +89,16 @@ class SweepSpec:
     slurm: dict[str, Any]
     method_overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     evaluate_on: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    protocol: Protocol | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """A sweep's splits: its runs evaluate on ``select_on`` (which every choice reads) and each
+    run's ``end_point`` policy once on the test split."""
+
+    select_on: str = "validation"
+    end_point: str = "final"
 
 
 def _fail(path: Path, key: str, message: str) -> ConfigError:
@@ -214,6 +231,60 @@ def _evaluate_on(data: dict, path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _protocol(data: dict, path: Path) -> Protocol | None:
+    """``protocol``: ``select_on`` a split other than test, ``end_point`` one of
+    :data:`END_POINTS`."""
+    if "protocol" not in data:
+        return None
+    raw = _mapping(data, "protocol", path)
+    unknown = set(raw) - {f.name for f in dataclasses.fields(Protocol)}
+    if unknown:
+        raise _fail(path, f"protocol.{sorted(unknown)[0]}", "unknown (select_on, end_point)")
+    protocol = Protocol(**raw)
+    if protocol.select_on == "test":
+        raise _fail(
+            path,
+            "protocol.select_on",
+            "a sweep's choices read the validation split, never the test split",
+        )
+    if protocol.select_on not in ("validation", "train"):
+        raise _fail(path, "protocol.select_on", f"validation or train, got {protocol.select_on!r}")
+    if protocol.end_point not in END_POINTS:
+        raise _fail(
+            path,
+            "protocol.end_point",
+            f"one of {', '.join(END_POINTS)} (each run's final policy), got {protocol.end_point!r}",
+        )
+    return protocol
+
+
+def _apply_protocol(
+    protocol: Protocol | None, path: Path, settings: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The sweep's ``overrides`` and ``evaluate_on`` with the protocol's: every run evaluates on
+    ``select_on``, and an evaluation named ``test`` plays the test split. A sweep with a
+    protocol sets ``trainer.eval_split`` nowhere else."""
+    overrides, evaluate_on = settings["overrides"], settings["evaluate_on"]
+    where = _split_settings(settings)
+    if protocol is None:
+        return overrides, evaluate_on
+    if where:
+        raise _fail(path, where[0], f"{SPLIT_KEY} is set by protocol.select_on")
+    if TEST_EVALUATION in evaluate_on:
+        raise _fail(path, f"evaluate_on.{TEST_EVALUATION}", "is the protocol's test evaluation")
+    overrides = {**overrides, SPLIT_KEY: protocol.select_on}
+    return overrides, {**evaluate_on, TEST_EVALUATION: {SPLIT_KEY: "test"}}
+
+
+def _split_settings(settings: dict[str, Any]) -> list[str]:
+    """The sweep keys that set ``trainer.eval_split``."""
+    where = [f"{k}.{SPLIT_KEY}" for k in ("grid", "zip", "overrides") if SPLIT_KEY in settings[k]]
+    for method, overrides in settings["method_overrides"].items():
+        if SPLIT_KEY in overrides:
+            where.append(f"method_overrides.{method}.{SPLIT_KEY}")
+    return where
+
+
 def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
     """The checked :class:`SweepSpec` of the YAML file ``path``; ``out`` overrides its ``out``."""
     from arlarena_jax.train.config_io import read_mapping
@@ -230,17 +301,27 @@ def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
     for key in ("out", "starts"):
         if key in data and not isinstance(data[key], str):
             raise _fail(path, key, f"expected a directory, got {data[key]!r}")
+    settings = {
+        "grid": grid,
+        "zip": _zip(data, grid, path),
+        "overrides": _mapping(data, "overrides", path),
+        "method_overrides": _method_overrides(data, grid, path),
+        "evaluate_on": _evaluate_on(data, path),
+    }
+    protocol = _protocol(data, path)
+    overrides, evaluate_on = _apply_protocol(protocol, path, settings)
     return SweepSpec(
         name=name,
         path=path,
         bases=_bases(data, path),
         grid=grid,
-        zip=_zip(data, grid, path),
-        overrides=_mapping(data, "overrides", path),
+        zip=settings["zip"],
+        overrides=overrides,
         budget=_budget(data, path),
         out=Path(out if out is not None else data.get("out", "runs/sweeps")) / name,
         starts=Path(data.get("starts", "runs/starts")),
         slurm=_mapping(data, "slurm", path),
-        method_overrides=_method_overrides(data, grid, path),
-        evaluate_on=_evaluate_on(data, path),
+        method_overrides=settings["method_overrides"],
+        evaluate_on=evaluate_on,
+        protocol=protocol,
     )

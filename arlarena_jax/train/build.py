@@ -47,10 +47,15 @@ from envs.text import TaskFormat
 
 TOKENIZER_SEED_BASE = 2**31
 TINY_VOCAB = 512  # a built "tiny-<env>" tokenizer's corpus size is its spec's tokenizer_episodes
-# Seed ranges: training tasks draw from [0, 2^30), demonstrations from [2^30, 2^31), evaluation
-# from eval_seed upwards in its own block of [2^31 + 2^20, 2^32).
+# Seed ranges: training tasks draw from [0, 2^30), demonstrations from [2^30, 2^31), the
+# tokenizer's corpus from 2^31; an evaluation of the test split from eval_seed upwards in the
+# block [2^31 + 2^20, 2^31 + 2^30), of the validation split in [2^31 + 2^30, 2^32), of the
+# training split (a fit check) in [2^29, 2^30). Seed-generated environments (Sokoban's rooms)
+# are split by these blocks; the others play their split's own tasks (EnvSpec.make_batch).
 DEMO_SEED_BASE = 2**30
 EVAL_SEED_BASE = 2**31 + 2**20
+EVAL_SEED_BLOCKS = {"train": 2**29, "test": EVAL_SEED_BASE, "validation": 2**31 + 2**30}
+EVAL_BLOCK_SIZE = 2**29  # the smallest block: eval_seed + episodes must stay below it
 
 
 def env_spec(config: Config) -> EnvSpec:
@@ -69,17 +74,20 @@ def task_format(config: Config) -> TaskFormat:
 def check_data(config: Config, *, training: bool = True) -> None:
     """A one-line ConfigError now, rather than mid-run, when the environment's data is missing:
     its evaluation tasks, and its training tasks when ``training`` or when the tiny tokenizer is
-    built from them."""
+    built from them; and when two of its splits share an episode
+    (:func:`envs.registry.check_disjoint`)."""
     spec = env_spec(config)
     spec.task_format(config.env)
     spec.check_data(config.env, training or config.model.tokenizer == f"tiny-{spec.name}")
+    if training:
+        registry.check_disjoint(spec, config.env)
 
 
-def make_envs(config: Config, num_envs: int, purpose: str = "train") -> EnvBatch:
-    """``num_envs`` environments of the run's kind for ``"train"`` or ``"eval"`` tasks
-    (``EnvSpec.make_batch``)."""
+def make_envs(config: Config, num_envs: int, split: str = "train") -> EnvBatch:
+    """``num_envs`` environments of the run's kind playing ``split``'s episodes (``train``,
+    ``validation`` or ``test``: ``EnvSpec.make_batch``)."""
     spec, env = env_spec(config), config.env
-    batch = spec.make_batch(env, num_envs, purpose)
+    batch = spec.make_batch(env, num_envs, split)
     native = env.reward == "native" or (
         env.reward == spec.native_reward and not env.reward_normalise
     )
@@ -196,13 +204,23 @@ def row_layout(config: Config) -> TrajectoryRows | None:
     return TrajectoryRows(config.env.max_observation_tokens, config.env.max_right_tokens)
 
 
-def eval_episodes(config: Config) -> int:
-    """Episodes per evaluation: the environment's own count where its protocol fixes one
-    (``EnvSpec.eval_episodes``), else ``trainer.eval_episodes``."""
+def eval_episodes(config: Config, split: str | None = None) -> int:
+    """Episodes per evaluation of ``split`` (default ``trainer.eval_split``): the environment's
+    own count where its protocol fixes one (``EnvSpec.eval_episodes``), else
+    ``trainer.eval_episodes``."""
     spec = env_spec(config)
     if spec.eval_episodes is not None:
-        return spec.eval_episodes(config.env)
+        return spec.eval_episodes(config.env, split or config.trainer.eval_split)
     return config.trainer.eval_episodes
+
+
+def eval_seeds(config: Config, split: str | None = None) -> list[int]:
+    """The seeds an evaluation of ``split`` (default ``trainer.eval_split``) plays, one episode
+    each: ``eval_seed`` upwards in the split's own block (see the seed ranges above), so every
+    evaluation of a split plays the same episodes and two splits never share a seed."""
+    split = split or config.trainer.eval_split
+    start = EVAL_SEED_BLOCKS[split] + config.env.eval_seed
+    return list(range(start, start + eval_episodes(config, split)))
 
 
 def response_width(config: Config) -> int:

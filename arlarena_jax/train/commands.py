@@ -172,7 +172,8 @@ def eval_command(args: argparse.Namespace) -> int:
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     from arlarena_jax.train.build import eval_episodes
 
-    print(f"{where}, {eval_episodes(config)} held-out episodes:")
+    split = config.trainer.eval_split
+    print(f"{where}, {eval_episodes(config)} episodes of the {split} split:")
     for key, value in sorted(metrics.items()):
         print(f"  {key:<40} {value:.4f}")
     if getattr(args, "episodes_out", None):

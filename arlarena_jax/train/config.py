@@ -97,7 +97,7 @@ class EnvCommon:
 
 def _env_config() -> type:
     """``EnvCommon`` plus a section ``env.<name>`` of type ``EnvSpec.settings`` for every
-    registered environment that has one (``env.sokoban.dim_room``, ``env.alfworld.eval_split``):
+    registered environment that has one (``env.sokoban.dim_room``, ``env.alfworld.test_split``):
     adding an environment adds its section without touching this module."""
     sections = [
         (spec.name, spec.settings, dataclasses.field(default_factory=spec.settings))
@@ -193,6 +193,9 @@ class TrainerConfig:
     eval_every: int = 5  # test_freq; 0 = never
     eval_at_start: bool = True
     eval_episodes: int = 128  # held-out seeds per evaluation
+    # the split the run's evaluations play: validation (what a choice may read: a recipe, a
+    # best step) or test (what a result reports; choices never read it); train: a fit check
+    eval_split: str = "test"
     run_dir: str | None = (
         None  # metrics, checkpoints, exports; null: runs/<env>/<method>_seed<seed>
     )
@@ -392,6 +395,17 @@ def _check_env_name(env: Any) -> None:
     registry.get(env.name).task_format(env)
 
 
+def _check_eval_split(env: Any, trainer: TrainerConfig) -> None:
+    """``trainer.eval_split`` is a split the environment declares (``EnvSpec.splits``)."""
+    splits = registry.get(env.name).splits
+    if trainer.eval_split not in splits:
+        _fail(
+            "trainer.eval_split",
+            f"{trainer.eval_split!r} is not a split of environment {env.name!r} "
+            f"(its splits: {', '.join(splits)})",
+        )
+
+
 def _check_reward(env: Any) -> None:
     """``env.reward`` is a mode, and ``dense`` only where the environment has progress."""
     from envs.rewards import MODES
@@ -567,6 +581,13 @@ def check_numbers(config: Config) -> None:
             _fail(key, message)
 
 
+def _at_most_block(key: str, end: int) -> None:
+    """An evaluation's seeds stay inside their split's seed block (train.build's seed ranges:
+    2^29 seeds each), so no two splits share a seed."""
+    if end > 2**29:
+        _fail(key, f"the evaluation's seeds end at {end}, past its split's block of 2^29 seeds")
+
+
 def validate(config: Config) -> Config:
     """Check the rules that span fields; return ``config`` unchanged or raise ConfigError."""
     env, sampler, trainer, mesh = config.env, config.sampler, config.trainer, config.mesh
@@ -577,6 +598,8 @@ def validate(config: Config) -> Config:
     if not env.step_timeout_s > 0:
         _fail("env.step_timeout_s", f"must be > 0, got {env.step_timeout_s!r}")
     _check_env_name(env)
+    _check_eval_split(env, trainer)
+    _at_most_block("env.eval_seed", env.eval_seed + trainer.eval_episodes)
     _check_rows(env)
     _check_device_rollout(env)
     _check_reward(env)

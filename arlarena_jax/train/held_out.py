@@ -2,8 +2,9 @@
 
 Every evaluation of a run plays the same held-out seeds (``eval_seeds``), so two evaluations (the
 cloned start and the policy after RL, or two runs of one sweep) are paired: episode ``i`` is the
-same game both times. The trainer writes each evaluation's outcomes to
-``RUN_DIR/held_out/step_NNNNNN.jsonl``, one JSON object per episode::
+same game both times. The trainer writes each evaluation's outcomes on its split
+(``trainer.eval_split``) to ``RUN_DIR/held_out/<split>/step_NNNNNN.jsonl``, one JSON object per
+episode::
 
     {"seed": 1000017, "won": true, "return": 1.0, "length": 4, "failed": false}
 
@@ -54,8 +55,26 @@ def episode_records(trajectories: Sequence[Any], seeds: Sequence[int]) -> list[d
     ]
 
 
-def held_out_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / HELD_OUT_DIR / f"step_{step:06d}.jsonl"
+def split_dir(run_dir: Path, split: str = "test") -> Path:
+    """Where a run keeps its evaluations of ``split``: ``held_out/<split>/``. A run from before
+    the splits existed kept them flat in ``held_out/``; those were evaluations on the test
+    games, and are read as the test split's when ``held_out/test/`` does not exist."""
+    folder = Path(run_dir) / HELD_OUT_DIR / split
+    legacy = Path(run_dir) / HELD_OUT_DIR
+    if split == "test" and not folder.is_dir() and any(legacy.glob("step_*.jsonl")):
+        return legacy
+    return folder
+
+
+def is_legacy(run_dir: Path) -> bool:
+    """Whether the run kept its evaluations flat, before the splits existed (on the test games,
+    with choices read from them too)."""
+    return split_dir(run_dir, "test") == Path(run_dir) / HELD_OUT_DIR
+
+
+def held_out_path(run_dir: Path, step: int, split: str = "test") -> Path:
+    """``held_out/<split>/step_NNNNNN.jsonl`` (see :func:`split_dir`)."""
+    return split_dir(run_dir, split) / f"step_{step:06d}.jsonl"
 
 
 def write_records(path: Path, records: Sequence[dict[str, Any]]) -> Path:
@@ -94,23 +113,24 @@ def paired_change(before: Sequence[dict], after: Sequence[dict]) -> PairedChange
     )
 
 
-def evaluated_steps(run_dir: Path) -> list[int]:
-    """The steps whose per-game outcomes the run kept, ascending."""
+def evaluated_steps(run_dir: Path, split: str = "test") -> list[int]:
+    """The steps whose per-game outcomes on ``split`` the run kept, ascending."""
     steps = []
-    for path in (Path(run_dir) / HELD_OUT_DIR).glob("step_*.jsonl"):
+    for path in split_dir(run_dir, split).glob("step_*.jsonl"):
         digits = path.stem.removeprefix("step_")
         if digits.isdigit():
             steps.append(int(digits))
     return sorted(steps)
 
 
-def run_change(run_dir: Path) -> PairedChange | None:
-    """The paired change from a run's step-0 evaluation to its last one; None without both."""
-    steps = evaluated_steps(run_dir)
+def run_change(run_dir: Path, split: str = "test") -> PairedChange | None:
+    """The paired change on ``split`` from a run's step-0 evaluation to its last one; None
+    without both."""
+    steps = evaluated_steps(run_dir, split)
     if not steps or steps[0] != 0 or steps[-1] == 0:
         return None
-    last = held_out_path(run_dir, steps[-1])
-    return paired_change(read_records(held_out_path(run_dir, 0)), read_records(last))
+    first, last = held_out_path(run_dir, 0, split), held_out_path(run_dir, steps[-1], split)
+    return paired_change(read_records(first), read_records(last))
 
 
 def describe(change: PairedChange) -> str:

@@ -224,8 +224,8 @@ def complete_summary(config: Config) -> Summary | None:
 
 
 def eval_seeds(config: Config) -> list[int]:
-    start = build.EVAL_SEED_BASE + config.env.eval_seed
-    return list(range(start, start + build.eval_episodes(config)))
+    """The seeds of the run's evaluation split (``build.eval_seeds``)."""
+    return build.eval_seeds(config)
 
 
 def eval_policy(policy: SamplerPolicy, config: Config) -> SamplerPolicy:
@@ -391,16 +391,19 @@ class Run:
         return self._device_rollout.collect
 
     def envs(self, purpose: str):
-        """The evaluation or training environments (opened once, closed with the run)."""
+        """The training (``"train"``) or evaluation (``"eval"``: ``trainer.eval_split``'s)
+        environments, opened once and closed with the run."""
         if purpose not in self._envs:
             c = self.config
+            training = purpose == "train"
             n = (
-                min(c.env.eval_batch_size, c.trainer.eval_episodes)
-                if purpose == "eval"
-                else c.env.train_batch_size * c.env.group_size
+                c.env.train_batch_size * c.env.group_size
+                if training
+                else min(c.env.eval_batch_size, c.trainer.eval_episodes)
             )
-            batch = self._closing.enter_context(contextlib.closing(build.make_envs(c, n, purpose)))
-            self._envs[purpose] = batch if purpose == "eval" else TimedEnvBatch(batch, self._timer)
+            split = "train" if training else c.trainer.eval_split
+            batch = self._closing.enter_context(contextlib.closing(build.make_envs(c, n, split)))
+            self._envs[purpose] = TimedEnvBatch(batch, self._timer) if training else batch
         return self._envs[purpose]
 
     def train_state(self) -> TrainState:
@@ -522,9 +525,11 @@ class Run:
         self.state, self._cloned = None, True  # rebuilt from the start's parameters
         if host.get("start_eval") is not None:
             self.host.sft_success, self.host.start_eval = host["sft_success"], host["start_eval"]
-            episodes = held_out_path(directory, START_STEP)  # its per-episode outcomes
+            split = self.config.trainer.eval_split
+            episodes = held_out_path(directory, START_STEP, split)  # its per-episode outcomes
             if episodes.is_file() and jax.process_index() == 0:
-                write_records(held_out_path(self.run_dir, START_STEP), read_records(episodes))
+                kept = held_out_path(self.run_dir, START_STEP, split)
+                write_records(kept, read_records(episodes))
         self.writer.text(0, "start", f"cloned policy of the shared start {directory.absolute()}")
         if self.console:
             print(f"starting from the cloned policy of {directory}", flush=True)
@@ -645,9 +650,10 @@ class Run:
         return metrics, rollout
 
     def _keep_episodes(self, step: int) -> None:
-        """The last evaluation's per-episode outcomes, as ``held_out/step_NNNNNN.jsonl``."""
+        """The last evaluation's per-episode outcomes, as ``held_out/<split>/step_NNNNNN.jsonl``."""
         if jax.process_index() == 0:
-            write_records(held_out_path(self.run_dir, step), self.last_eval_episodes)
+            path = held_out_path(self.run_dir, step, self.config.trainer.eval_split)
+            write_records(path, self.last_eval_episodes)
 
     @property
     def done(self) -> bool:
@@ -985,7 +991,8 @@ class Run:
         files decide, for every process alike."""
         if not self._evaluates_at(step):
             return
-        missing = jax.process_index() == 0 and not held_out_path(self.run_dir, step).exists()
+        kept = held_out_path(self.run_dir, step, self.config.trainer.eval_split)
+        missing = jax.process_index() == 0 and not kept.exists()
         if self._on_any_process(missing)[0]:
             self.phase = "evaluation"
             self.evaluate(step)

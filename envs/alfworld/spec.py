@@ -1,20 +1,24 @@
 """ALFWorld's registry entry: TextWorld games in the host pool, the paper prompt, the
 walkthrough-replay expert and the check that the built games exist.
 
-Training batches play the ``train`` split of ``env.data_path``, evaluation batches
-``env.alfworld.eval_split``; seed ``s`` plays game ``s % len(games)`` of the fixed play order.
+Three disjoint splits: ``validation`` is ``env.alfworld.validation_games`` games carved from
+``env.data_path``'s ``train`` folder (those whose path hashes lowest: the same games on every
+machine), ``train`` the rest of that folder, ``test`` the official ``env.alfworld.test_split``
+(``valid_seen`` in distribution, ``valid_unseen`` out of it: held out, never tuned on). Seed ``s``
+plays game ``s % len(games)`` of the split's fixed play order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from arlarena_jax.errors import ConfigError
+from arlarena_jax.errors import ConfigError, InvalidField
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import EnvBatch
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.rewards import INFO_PROGRESS
 from envs.text import Expert
 
@@ -25,13 +29,20 @@ BUILD_HINT = "build them with `arlarena alfworld build` and `arlarena alfworld g
 class AlfworldConfig:
     """The ``env.alfworld`` config section."""
 
-    eval_split: Literal["valid_seen", "valid_unseen"] = "valid_seen"  # in / out of distribution
+    test_split: Literal["valid_seen", "valid_unseen"] = "valid_seen"  # in / out of distribution
+    validation_games: int = 32  # training-folder games kept apart as the validation split
     expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
 
+    def __post_init__(self) -> None:
+        if self.validation_games < 1:
+            raise InvalidField(
+                "alfworld", "validation_games", f"must be >= 1, got {self.validation_games}"
+            )
 
-def games(env: Any, split: str) -> tuple[str, ...]:
-    """Solvable game files of ``env.data_path/json_2.1.1/<split>`` (sorted); none is a one-line
-    ConfigError."""
+
+def folder_games(env: Any, folder_name: str) -> tuple[str, ...]:
+    """Solvable game files of ``env.data_path/json_2.1.1/<folder_name>`` (sorted); none is a
+    one-line ConfigError."""
     from envs.alfworld.data import JSON_DIR, find_games
 
     if env.data_path is None:
@@ -39,7 +50,7 @@ def games(env: Any, split: str) -> tuple[str, ...]:
             f"config key 'env.data_path': ALFWorld needs the directory holding {JSON_DIR}/ "
             f"({BUILD_HINT})"
         )
-    folder = Path(env.data_path) / JSON_DIR / split
+    folder = Path(env.data_path) / JSON_DIR / folder_name
     found = find_games(folder) if folder.is_dir() else []
     if not found:
         raise ConfigError(
@@ -48,31 +59,69 @@ def games(env: Any, split: str) -> tuple[str, ...]:
     return tuple(str(g) for g in found)
 
 
-def split_of(env: Any, purpose: str) -> str:
-    """The split a batch for ``purpose`` plays: ``train``, or ``env.alfworld.eval_split``."""
-    return "train" if check_purpose(purpose) == "train" else env.alfworld.eval_split
+def _path_hash(game: str, folder: str) -> str:
+    """SHA-256 of the game's path below its split folder (the same on every machine)."""
+    return hashlib.sha256(str(Path(game).relative_to(folder)).encode()).hexdigest()
+
+
+def carve_validation(games: tuple[str, ...], folder: str, count: int) -> tuple[tuple, tuple]:
+    """``(train, validation)``: the ``count`` games whose path hashes lowest are validation, the
+    rest training, each in the folder's sorted order. Fewer than ``count + 1`` games is a
+    one-line ConfigError."""
+    if len(games) <= count:
+        raise ConfigError(
+            f"config key 'env.alfworld.validation_games': {count} validation games carved from "
+            f"{len(games)} training games leave none to train on"
+        )
+    ranked = sorted(games, key=lambda g: _path_hash(g, folder))
+    validation = set(ranked[:count])
+    return tuple(g for g in games if g not in validation), tuple(
+        g for g in games if g in validation
+    )
+
+
+def games(env: Any, split: str) -> tuple[str, ...]:
+    """The game files of ``split`` (``train``, ``validation`` or ``test``, see module doc)."""
+    from envs.alfworld.data import JSON_DIR
+
+    if check_split(split) == "test":
+        return folder_games(env, env.alfworld.test_split)
+    folder = str(Path(env.data_path or ".") / JSON_DIR / "train")
+    train, validation = carve_validation(
+        folder_games(env, "train"), folder, env.alfworld.validation_games
+    )
+    return train if split == "train" else validation
+
+
+def split_members(env: Any) -> dict[str, frozenset[str]]:
+    """Each split's games, by their trial's task id and scene (``<task>/<trial>``): a trial
+    found in two folders is one game in two splits."""
+    return {
+        split: frozenset("/".join(Path(g).parts[-3:-1]) for g in games(env, split))
+        for split in ("train", "validation", "test")
+    }
 
 
 def check_data(env: Any, training: bool) -> None:
-    """The engine and the evaluation games, and the training games when ``training``."""
+    """The engine and the test games; the training and validation games when ``training``."""
     from envs.alfworld import engine
 
     if not engine.available():
         raise ConfigError(
             f"config key 'env.name': 'alfworld' needs the real engine: {engine.INSTALL_HINT}"
         )
-    games(env, env.alfworld.eval_split)
+    games(env, "test")
     if training:
-        games(env, "train")
+        games(env, "validation")
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
-    """``num_envs`` games of the purpose's split in ``env.num_workers`` pool processes (0: in
+def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
+    """``num_envs`` games of ``split`` in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
     from envs.alfworld.env import AlfworldFactory
     from envs.pool import text_env_batch
 
-    factory = AlfworldFactory(games(env, split_of(env, purpose)), max_steps=env.max_turns)
+    factory = AlfworldFactory(games(env, split), max_steps=env.max_turns)
     return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
 
 
@@ -100,6 +149,7 @@ ALFWORLD = EnvSpec(
     formats={"paper": ALFWORLD_FORMAT},
     expert=expert,
     check_data=check_data,
+    split_members=split_members,
     settings=AlfworldConfig,
     tokenizer_episodes=32,
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 50, "history_length": 2},

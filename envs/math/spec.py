@@ -1,9 +1,11 @@
 """The math environment's registry entry: MATH problems for training, AIME 2024 and 2025 for
 evaluation, model code in the sandbox, math-verify for the reward (docs/environments.md §8).
 
-Training batches play ``env.math.train_files`` (seed ``s`` plays problem ``s % P``), evaluation
-batches ``env.math.eval_files``; an evaluation plays every evaluation problem
-``env.math.eval_samples`` (k) times, so ``val/<dataset>/accuracy`` is avg@k. The files are read
+Three disjoint splits: ``test`` is ``env.math.test_files`` (the reported sets, AIME: never tuned
+on), ``validation`` the dev set of ``env.math.validation_problems`` problems carved from
+``env.math.train_files``, ``train`` the rest of those files (seed ``s`` plays problem ``s % P``).
+An evaluation plays every problem of its split ``env.math.eval_samples`` (k) times, so
+``val/<dataset>/accuracy`` is avg@k. The files are read
 from ``env.data_path``, else ``$ARLARENA_MATH_DATA``, else ``../shared/data/math`` beside the
 checkout. Rows are trajectory rows: one per episode, observation tokens masked.
 """
@@ -11,13 +13,14 @@ checkout. Rows are trajectory rows: one per episode, observation tokens masked.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Any
 
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.math.prompts import COMPACT_FORMAT, MATH_FORMAT
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.text import Expert, Generation
 
 
@@ -26,7 +29,9 @@ class MathConfig:
     """The ``env.math`` config section."""
 
     train_files: tuple[str, ...] = ("math_l3to5_train",)  # <name>.jsonl.gz in the data folder
-    eval_files: tuple[str, ...] = ("aime2024", "aime2025")
+    test_files: tuple[str, ...] = ("aime2024", "aime2025")  # the reported sets
+    # the dev set: this many training-file problems (lowest question hash) kept out of training
+    validation_problems: int = 256
     eval_samples: int = 4  # k of avg@k: episodes per evaluation problem
     sandbox_timeout_s: float = 10.0  # wall clock per run (original: 3 s config, 10 s scripts)
     sandbox_cpu_s: int = 10
@@ -48,7 +53,13 @@ class MathConfig:
                 "isolation",
                 f"must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}",
             )
-        for field in ("eval_samples", "sandbox_cpu_s", "sandbox_memory_mb", "sandbox_processes"):
+        for field in (
+            "eval_samples",
+            "sandbox_cpu_s",
+            "sandbox_memory_mb",
+            "sandbox_processes",
+            "validation_problems",
+        ):
             if not getattr(self, field) >= 1:
                 raise InvalidField("math", field, f"must be >= 1, got {getattr(self, field)!r}")
         for field in ("sandbox_timeout_s", "score_timeout_s"):
@@ -57,8 +68,8 @@ class MathConfig:
         for field in ("executors", "scorers"):
             if not getattr(self, field) >= 0:
                 raise InvalidField("math", field, f"must be >= 0, got {getattr(self, field)!r}")
-        if not self.train_files or not self.eval_files:
-            raise InvalidField("math", "train_files", "train_files and eval_files need a file each")
+        if not self.train_files or not self.test_files:
+            raise InvalidField("math", "train_files", "train_files and test_files need a file each")
 
 
 def sandbox_config(env: Any) -> Any:
@@ -76,15 +87,60 @@ def sandbox_config(env: Any) -> Any:
     )
 
 
-def problems(env: Any, purpose: str) -> tuple:
-    """The purpose's problems; a missing or malformed file is a one-line ConfigError."""
+def _load(env: Any, names: tuple[str, ...]) -> tuple:
+    """The problems of the files ``names``; a missing or malformed file is a one-line
+    ConfigError."""
     from envs.math.data import load_split
 
-    names = env.math.train_files if check_purpose(purpose) == "train" else env.math.eval_files
     try:
         return load_split(env.data_path, names)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"config key 'env.data_path': {exc}") from None
+
+
+def question_key(problem: Any) -> str:
+    """A problem's identity across files: its question, whitespace collapsed."""
+    return " ".join(problem.question.split())
+
+
+def carve_dev(problems: tuple, count: int) -> tuple[tuple, tuple]:
+    """``(train, validation)``: the problems whose question hashes among the ``count`` lowest
+    distinct ones are the dev set (a repeated question stays on one side), the rest training,
+    each in file order. Too few problems is a one-line ConfigError."""
+    keys = sorted({question_key(p) for p in problems}, key=_hash)
+    if len(keys) <= count:
+        raise ConfigError(
+            f"config key 'env.math.validation_problems': {count} dev problems carved from "
+            f"{len(keys)} distinct training problems leave none to train on"
+        )
+    dev = set(keys[:count])
+    return (
+        tuple(p for p in problems if question_key(p) not in dev),
+        tuple(p for p in problems if question_key(p) in dev),
+    )
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def problems(env: Any, split: str) -> tuple:
+    """The problems of ``split``: ``test`` the reported files (``env.math.test_files``),
+    ``validation`` the dev set carved from ``env.math.train_files``, ``train`` the rest."""
+    m = env.math
+    if check_split(split) == "test":
+        return _load(env, m.test_files)
+    train, dev = carve_dev(_load(env, m.train_files), m.validation_problems)
+    return train if split == "train" else dev
+
+
+def split_members(env: Any) -> dict[str, frozenset[str]]:
+    """Each split's problems by question (a test question also in the training files would
+    overlap)."""
+    return {
+        split: frozenset(question_key(p) for p in problems(env, split))
+        for split in ("train", "validation", "test")
+    }
 
 
 def check_data(env: Any, training: bool) -> None:
@@ -92,7 +148,7 @@ def check_data(env: Any, training: bool) -> None:
     isolation is available."""
     from envs.math.sandbox import SandboxUnavailable, resolve_isolation
 
-    problems(env, "eval")
+    problems(env, "test")
     if training:
         problems(env, "train")
     try:
@@ -119,7 +175,7 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
+def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     """``num_envs`` episodes in this process; code runs in up to ``env.math.executors`` sandboxes
     at once and answers are scored by ``env.math.scorers`` scoring workers."""
     from envs.math.env import MathBatch, ThreadScorers
@@ -129,20 +185,20 @@ def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
     workers = executors(env)
     scorers = m.scorers or usable_cores()
     return MathBatch(
-        problems(env, purpose),
+        problems(env, split),
         num_envs,
         execute=lambda programs: run_many(programs, config, workers=workers),
         score=ThreadScorers(m.score_timeout_s),
         max_turns=env.max_turns,
         remove_void_turns=m.remove_void_turns,
         scorers=scorers,
-        avg_at=m.eval_samples if purpose == "eval" else None,
+        avg_at=m.eval_samples if split != "train" else None,
     )
 
 
-def eval_episodes(env: Any) -> int:
-    """Every evaluation problem ``env.math.eval_samples`` times (avg@k)."""
-    return len(problems(env, "eval")) * env.math.eval_samples
+def eval_episodes(env: Any, split: str) -> int:
+    """Every problem of ``split`` ``env.math.eval_samples`` times (avg@k)."""
+    return len(problems(env, split)) * env.math.eval_samples
 
 
 def oracle_reply(answer: str) -> str:
@@ -173,6 +229,7 @@ MATH = EnvSpec(
     formats={"paper": MATH_FORMAT, "compact": COMPACT_FORMAT},
     expert=expert,
     check_data=check_data,
+    split_members=split_members,
     settings=MathConfig,
     tokenizer_episodes=64,
     paper={"train_batch_size": 512, "group_size": 5, "max_turns": 5},

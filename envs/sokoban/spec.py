@@ -1,8 +1,10 @@
 """Sokoban's registry entry: the JAX-native batch, the paper and compact prompts, the BFS expert.
 
-Training and evaluation batches are the same kind (one jitted, vmapped :class:`SokobanBatch`);
-the trainer keeps them apart by seed ranges. The expert reads the grid off each prompt and
-answers with the first move of an optimal plan; with the compact prompt its reasoning is empty.
+Every split's batch is the same kind (one jitted, vmapped :class:`SokobanBatch`): a room is its
+seed, and the trainer keeps the splits apart by disjoint seed ranges (training from [0, 2³⁰),
+test and validation in blocks of their own above 2³¹, ``arlarena_jax.train.build``). The expert
+reads the grid off each prompt and answers with the first move of an optimal plan; with the
+compact prompt its reasoning is empty.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from arlarena_jax.errors import InvalidField
 from envs.base import EnvBatch
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT
 from envs.text import Expert
 
@@ -34,12 +36,12 @@ class SokobanConfig:
                 raise InvalidField("sokoban", field, f"must be >= {minimum}, got {value!r}")
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
+def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     """``num_envs`` rooms of ``env.sokoban``'s size, ending after ``env.max_turns`` moves."""
     from envs.sokoban.batch import SokobanBatch
     from envs.sokoban.env import EnvParams
 
-    check_purpose(purpose)
+    check_split(split)
     s = env.sokoban
     params = EnvParams(
         dim_room=s.dim_room,

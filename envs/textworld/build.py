@@ -1,13 +1,14 @@
-"""The game sets: deterministic, deduplicated, disjoint train and held-out splits in a cache
-folder, built incrementally (docs/environments.md §10.2).
+"""The game sets: deterministic, deduplicated, disjoint train, validation and test splits in a
+cache folder, built incrementally (docs/environments.md §10.2).
 
 A split's folder holds the generated games and ``manifest.json``: every candidate generated so
-far, in seed order (``Generated`` records). Held-out (``eval``) candidates are seeds
-``seed + EVAL_OFFSET + k``, training candidates ``seed + k`` (k = 0, 1, …). A split's games are
-the first ``count`` candidates in seed order that are solvable (the walkthrough wins on the
-engine) and not a duplicate (content hash) of an earlier one; training games also skip every
-held-out game's hash, so the splits are disjoint in content, not just in seeds. The held-out set
-depends only on (tier, seed, count); the training set also on the held-out one.
+far, in seed order (``Generated`` records). Test candidates are seeds ``seed + TEST_OFFSET + k``,
+validation candidates ``seed + VALIDATION_OFFSET + k``, training candidates ``seed + k``
+(k = 0, 1, …). A split's games are the first ``count`` candidates in seed order that are solvable
+(the walkthrough wins on the engine) and not a duplicate (content hash) of an earlier one; the
+splits are built in :data:`BUILD_ORDER` and each skips every hash of the splits built before it,
+so they are disjoint in content, not just in seeds. The test set depends only on (tier, seed,
+count); the validation set also on the test set, the training set on both.
 A build generates only the missing candidates (in ``workers`` spawned processes) and rewrites
 the manifest atomically after each batch.
 """
@@ -24,8 +25,10 @@ from pathlib import Path
 
 from envs.textworld.games import Generated, generate
 
-EVAL_OFFSET = 1_000_000
-SPLITS = ("train", "eval")
+TEST_OFFSET = 1_000_000
+VALIDATION_OFFSET = 2_000_000
+SPLITS = ("train", "validation", "test")
+BUILD_ORDER = ("test", "validation", "train")  # each split excludes the games of those before it
 MANIFEST = "manifest.json"
 MAX_REJECTS = 100  # stop when this many candidates in a row are rejected
 BATCH = 64  # candidates generated between two manifest writes (at least one per worker)
@@ -38,7 +41,7 @@ def split_folder(root: str | Path, tier: str, seed: int, split: str) -> Path:
 
 def first_seed(seed: int, split: str) -> int:
     """The split's first candidate seed (see module doc)."""
-    return seed + (EVAL_OFFSET if split == "eval" else 0)
+    return seed + {"train": 0, "validation": VALIDATION_OFFSET, "test": TEST_OFFSET}[split]
 
 
 def read_manifest(folder: Path) -> list[Generated]:

@@ -4,8 +4,8 @@ content hash and the atomic write (docs/environments.md §10.2).
 * ``w2-o3-q4`` / ``w4-o6-q8``: ``tw-make custom --world-size W --nb-objects O --quest-length Q
   --seed S`` (the quest length also caps its depth, as ``tw-make`` sets it).
 * ``cooking``: ``tw-make tw-cooking --recipe 1 --take 1 --go 6 --open --cook --cut --seed S
-  --recipe-seed S --split {train,test}``: a held-out game also draws its ingredients from the
-  challenge's own test foods.
+  --recipe-seed S --split {train,valid,test}``: a validation or test game also draws its
+  ingredients from the challenge's own valid or test foods.
 
 A game is identified by :func:`content_hash`, the SHA-256 of its serialisation without the
 metadata (which holds the seed) and the knowledge base (the same for every game of a tier): two
@@ -87,7 +87,8 @@ def make_game(tier: Tier, seed: int, split: str) -> Any:
 
 
 def _cooking_split(split: str) -> str:
-    return "train" if split == "train" else "test"
+    """tw-cooking's food split of ours: train, valid or test."""
+    return {"train": "train", "validation": "valid"}.get(split, "test")
 
 
 def content_hash(game: Any) -> str:

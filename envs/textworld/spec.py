@@ -1,12 +1,12 @@
 """TextWorld's registry entry: generated games in the host pool, the ALFWorld-shaped prompt, the
 walkthrough-replay expert and the game sets, built on demand (docs/environments.md §10).
 
-Training batches play the ``train`` split, evaluation batches the held-out ``eval`` split of the
-tier's games (``envs.textworld.build``); seed ``s`` plays game ``s % len(games)``. The games live
-in ``env.data_path``, else ``$ARLARENA_TEXTWORLD_DIR``, else ``~/.cache/arlarena/textworld``.
-Missing games are generated there when the data is checked (``env.textworld.auto_build``, the
-default: generation is deterministic, so the cache holds the same games on every machine), or
-beforehand with ``arlarena textworld build``.
+A batch plays one split of the tier's games, ``train``, ``validation`` or ``test``
+(``envs.textworld.build``: disjoint in content); seed ``s`` plays game ``s % len(games)``. The
+games live in ``env.data_path``, else ``$ARLARENA_TEXTWORLD_DIR``, else
+``~/.cache/arlarena/textworld``. Missing games are generated there when the data is checked
+(``env.textworld.auto_build``, the default: generation is deterministic, so the cache holds the
+same games on every machine), or beforehand with ``arlarena textworld build``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.rewards import INFO_PROGRESS
 from envs.text import Expert
 from envs.textworld.env import PROGRESS_SIGNALS
@@ -36,8 +36,9 @@ class TextworldConfig:
 
     tier: str = "w2-o3-q4"  # w2-o3-q4 | w4-o6-q8 | cooking (docs/environments.md §10.2)
     train_games: int = 1000  # distinct training games
-    eval_games: int = 100  # distinct held-out games
-    seed: int = 0  # first generation seed (held-out seeds start 1,000,000 higher)
+    validation_games: int = 64  # distinct validation games (what choices read)
+    test_games: int = 100  # distinct test games (what results report)
+    seed: int = 0  # first generation seed (test seeds start 1,000,000 higher, validation 2,000,000)
     auto_build: bool = True  # generate missing games into the cache when the data is checked
     build_workers: int = 0  # processes generating games on demand (0: this process)
     win_reward: float = 10.0  # the reward of the winning step, as ALFWorld's
@@ -56,7 +57,7 @@ class TextworldConfig:
                 "progress",
                 f"must be one of {', '.join(PROGRESS_SIGNALS)}, got {self.progress!r}",
             )
-        for field in ("train_games", "eval_games"):
+        for field in ("train_games", "validation_games", "test_games"):
             if getattr(self, field) < 1:
                 raise InvalidField("textworld", field, f"must be >= 1, got {getattr(self, field)}")
         for field in ("seed", "build_workers"):
@@ -78,7 +79,7 @@ def _split(env: Any, split: str, exclude: frozenset[str]) -> list[Any]:
     from envs.textworld.build import build_split, existing_split, split_folder
 
     t = env.textworld
-    count = t.train_games if split == "train" else t.eval_games
+    count = getattr(t, f"{split}_games")
     root = data_root(env)
     found = existing_split(root, t.tier, t.seed, split, count, exclude)
     if len(found) == count:
@@ -93,37 +94,53 @@ def _split(env: Any, split: str, exclude: frozenset[str]) -> list[Any]:
     return build_split(root, t.tier, t.seed, split, count, exclude=exclude, workers=t.build_workers)
 
 
+def _splits_up_to(env: Any, split: str) -> dict[str, list[Any]]:
+    """The games of ``split`` and of the splits built before it (``build.BUILD_ORDER``)."""
+    from envs.textworld.build import BUILD_ORDER
+
+    games: dict[str, list[Any]] = {}
+    for name in BUILD_ORDER[: BUILD_ORDER.index(check_split(split)) + 1]:
+        exclude = frozenset(g.hash for built in games.values() for g in built)
+        games[name] = _split(env, name, exclude)
+    return games
+
+
 def split_games(env: Any, split: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """The game files of ``split`` (``train`` or ``eval``) and their walkthroughs."""
+    """The game files of ``split`` (``train``, ``validation`` or ``test``) and their
+    walkthroughs."""
     from envs.textworld.build import split_folder
 
-    held_out = _split(env, "eval", frozenset())
-    chosen = held_out
-    if split == "train":
-        chosen = _split(env, "train", frozenset(g.hash for g in held_out))
+    chosen = _splits_up_to(env, split)[split]
     t = env.textworld
     folder = split_folder(data_root(env), t.tier, t.seed, split)
     return tuple(str(folder / g.file) for g in chosen), tuple(g.walkthrough for g in chosen)
 
 
+def split_members(env: Any) -> dict[str, frozenset[str]]:
+    """Each split's game content hashes (disjoint by construction; checked at start-up)."""
+    return {
+        name: frozenset(g.hash for g in games)
+        for name, games in _splits_up_to(env, "train").items()
+    }
+
+
 def check_data(env: Any, training: bool) -> None:
-    """The engine and the held-out games, and the training games when ``training``."""
+    """The engine, the test and validation games, and the training games when ``training``."""
     from envs.textworld import engine
 
     if not engine.available():
         raise ConfigError(
             f"config key 'env.name': 'textworld' needs the real engine: {engine.INSTALL_HINT}"
         )
-    split_games(env, "train" if training else "eval")
+    split_games(env, "train" if training else "validation")
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
-    """``num_envs`` games of the purpose's split in ``env.num_workers`` pool processes (0: in
+def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
+    """``num_envs`` games of ``split`` in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
     from envs.pool import text_env_batch
     from envs.textworld.env import TextworldFactory
 
-    split = "train" if check_purpose(purpose) == "train" else "eval"
     files, _ = split_games(env, split)
     t = env.textworld
     factory = TextworldFactory(
@@ -157,6 +174,7 @@ TEXTWORLD = EnvSpec(
     formats={"paper": TEXTWORLD_FORMAT},
     expert=expert,
     check_data=check_data,
+    split_members=split_members,
     settings=TextworldConfig,
     tokenizer_episodes=32,
     # meow-tea-taro examples/textworld/run_reinforce_pp_qwen-1.5b.sh: w2-o3-q4, rollout.n 8,

@@ -11,6 +11,7 @@ As in the original, with one ``random.Random(seed)`` standing for its seeded glo
   larger of two draws from the next four multiples of 10 above the price (fewer than two such
   multiples: no clause and ``U = 1e6``);
 * the goal list is shuffled by ``random.Random(seed)``; test = the first ``test_size`` goals,
+  as the original's; validation = the next ``validation_size`` (ours: the original has none),
   train = the rest.
 
 The original built prices, goals and the shuffle once per worker, seeded by the worker's group, so
@@ -30,10 +31,11 @@ from envs.webshop.catalogue import Catalogue, Product
 PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))  # the price-bound candidates
 NO_PRICE_BOUND = 1_000_000.0
 TEST_SIZE = 500
+SPLITS = ("train", "validation", "test")
 
 
 class SplitError(ValueError):
-    """Too few goals for the requested test split (one line)."""
+    """Too few goals for the requested test and validation splits (one line)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,42 +108,50 @@ def goals_of(product: Product, price: float, rng: random.Random) -> list[Goal]:
 
 @dataclasses.dataclass(frozen=True)
 class GoalSet:
-    """The prices and the shuffled goals of one seed, split into test (first) and train."""
+    """The prices and the shuffled goals of one seed, split into test (first), validation
+    (next) and train (the rest)."""
 
     prices: dict[str, float]
     goals: tuple[Goal, ...]
     test_size: int
+    validation_size: int = 0
 
     @property
     def test(self) -> tuple[Goal, ...]:
         return self.goals[: self.test_size]
 
     @property
+    def validation(self) -> tuple[Goal, ...]:
+        return self.goals[self.test_size : self.test_size + self.validation_size]
+
+    @property
     def train(self) -> tuple[Goal, ...]:
-        return self.goals[self.test_size :]
+        return self.goals[self.test_size + self.validation_size :]
 
     def split(self, name: str) -> tuple[Goal, ...]:
-        """``"train"`` or ``"test"``."""
-        if name not in ("train", "test"):
-            raise ValueError(f"goal split must be 'train' or 'test', got {name!r}")
-        return self.train if name == "train" else self.test
+        """``"train"``, ``"validation"`` or ``"test"``."""
+        if name not in SPLITS:
+            raise ValueError(f"goal split must be one of {', '.join(SPLITS)}, got {name!r}")
+        return getattr(self, name)
 
 
-def synthetic_goals(catalogue: Catalogue, seed: int, test_size: int = TEST_SIZE) -> GoalSet:
+def synthetic_goals(
+    catalogue: Catalogue, seed: int, test_size: int = TEST_SIZE, validation_size: int = 0
+) -> GoalSet:
     """Prices, goals and the one fixed split of ``seed`` (see module doc). Fewer goals than
-    ``test_size + 1`` is a :class:`SplitError` (no training goal would be left)."""
+    ``test_size + validation_size + 1`` is a :class:`SplitError` (no training goal left)."""
     rng = random.Random(seed)
     product_prices = prices(catalogue, rng)
     goals: list[Goal] = []
     for product in catalogue.products:
         goals += goals_of(product, product_prices[product.asin], rng)
     random.Random(seed).shuffle(goals)
-    if len(goals) <= test_size:
+    if len(goals) <= test_size + validation_size:
         raise SplitError(
             f"{catalogue.source or 'catalogue'}: {len(goals)} goals, need more than the "
-            f"{test_size} test goals"
+            f"{test_size} test and {validation_size} validation goals"
         )
-    return GoalSet(product_prices, tuple(goals), test_size)
+    return GoalSet(product_prices, tuple(goals), test_size, validation_size)
 
 
 def goal_for(goals: Sequence[Goal], seed: int) -> Goal:

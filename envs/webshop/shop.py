@@ -41,6 +41,7 @@ class ShopSource:
     num_products: int = 1000
     goal_seed: int = 0
     test_size: int = TEST_SIZE
+    validation_size: int = 0
     nouns: str = "auto"  # auto | spacy | lexicon
     search: str = "bm25"  # bm25 | pyserini
     index_dir: str | None = None
@@ -111,6 +112,6 @@ def load_shop(source: ShopSource) -> Shop:
     from envs.webshop.search import make_search
 
     catalogue, lexicon_file = read_catalogue(source)
-    goals = synthetic_goals(catalogue, source.goal_seed, source.test_size)
+    goals = synthetic_goals(catalogue, source.goal_seed, source.test_size, source.validation_size)
     engine = make_search(catalogue.products, source.search, source.index_dir)
     return Shop(catalogue, goals, engine, noun_tagger(source, lexicon_file))

@@ -1,8 +1,9 @@
 """WebShop's registry entry: sessions in the host pool, the paper prompt, the scripted shopper
 and the release scripts' per-method values (docs/environments.md §6, docs/algorithms.md §8).
 
-Training batches play the ``train`` goals, evaluation batches the ``test`` goals (the first
-``env.webshop.test_goals`` of the goal seed's shuffle); seed ``s`` plays goal ``s % len(goals)``.
+A batch plays one goal split: ``test`` (the first ``env.webshop.test_goals`` of the goal seed's
+shuffle, as the original's), ``validation`` (the next ``env.webshop.validation_goals``) or
+``train`` (the rest); seed ``s`` plays goal ``s % len(goals)`` of its split.
 The catalogue is the synthetic one (``env.webshop.data: synthetic``, nothing to download) or the
 real files (``data: files``, read from ``env.data_path`` or ``$WEBSHOP_DATA``).
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from arlarena_jax.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.rewards import Progress
 from envs.text import Expert
 from envs.webshop.prompts import WEBSHOP_FORMAT
@@ -40,6 +41,7 @@ class WebshopConfig:
     num_products: int = 1000  # the synthetic catalogue's size
     goal_seed: int = 0  # prices, goals and the one fixed train/test partition
     test_goals: int = 500  # the first goals of the shuffle are the test split
+    validation_goals: int = 200  # the next ones the validation split (what choices read)
     nouns: str = "auto"  # auto (spaCy when a verified model is installed) | spacy | lexicon
     search: str = "bm25"  # bm25 (bm25s, Lucene-like analysis) | pyserini (Java + an index)
     index_dir: str | None = None  # the Lucene index for search: pyserini
@@ -53,7 +55,7 @@ class WebshopConfig:
                 raise InvalidField(
                     "webshop", field, f"must be one of {', '.join(valid)}, got {got!r}"
                 )
-        for field, minimum in (("num_products", 10), ("test_goals", 1)):
+        for field, minimum in (("num_products", 10), ("test_goals", 1), ("validation_goals", 1)):
             if not getattr(self, field) >= minimum:
                 raise InvalidField(
                     "webshop", field, f"must be >= {minimum}, got {getattr(self, field)!r}"
@@ -76,6 +78,7 @@ def source_of(env: Any) -> Any:
         num_products=w.num_products,
         goal_seed=w.goal_seed,
         test_size=w.test_goals,
+        validation_size=w.validation_goals,
         nouns=w.nouns,
         search=w.search,
         index_dir=w.index_dir,
@@ -102,14 +105,22 @@ def check_data(env: Any, training: bool) -> None:
     shop(env)
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> EnvBatch:
-    """``num_envs`` sessions on the purpose's goals in ``env.num_workers`` pool processes (0: in
+def split_members(env: Any) -> dict[str, frozenset[tuple]]:
+    """Each split's goals, by what makes a goal: the target product and its option values."""
+    goals = shop(env).goals
+    return {
+        name: frozenset((g.asin, g.goal_options) for g in goals.split(name))
+        for name in ("train", "validation", "test")
+    }
+
+
+def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
+    """``num_envs`` sessions on ``split``'s goals in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
     from envs.pool import text_env_batch
     from envs.webshop.env import WebShopFactory
 
-    split = "train" if check_purpose(purpose) == "train" else "test"
-    factory = WebShopFactory(source_of(env), split=split, max_steps=env.max_turns)
+    factory = WebShopFactory(source_of(env), split=check_split(split), max_steps=env.max_turns)
     return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
 
 
@@ -140,6 +151,7 @@ WEBSHOP = EnvSpec(
     formats={"paper": WEBSHOP_FORMAT},
     expert=expert,
     check_data=check_data,
+    split_members=split_members,
     settings=WebshopConfig,
     tokenizer_episodes=64,
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 15, "history_length": 2},

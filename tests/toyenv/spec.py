@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from envs.local import LocalEnvBatch
-from envs.registry import EnvSpec, check_purpose
+from envs.registry import EnvSpec, check_split
 from envs.text import Expert, ScriptedPolicy
 from tests.toyenv.env import Guess
 from tests.toyenv.prompts import GUESS_FORMAT
 
 
-def make_batch(env: Any, num_envs: int, purpose: str) -> LocalEnvBatch:
+def make_batch(env: Any, num_envs: int, split: str) -> LocalEnvBatch:
     """``num_envs`` cards; training and evaluation differ only by their seeds."""
-    check_purpose(purpose)
+    check_split(split)
     return LocalEnvBatch(lambda: Guess(env.max_turns), num_envs)
 
 
