@@ -67,9 +67,7 @@ def test_eval_seeds_past_their_block_are_refused():
 
 
 @given(
-    st.dictionaries(
-        st.sampled_from(registry.SPLITS), st.frozensets(st.integers(0, 30)), min_size=1
-    )
+    st.dictionaries(st.sampled_from(registry.SPLITS), st.frozensets(st.integers(0, 30)), min_size=1)
 )
 def test_overlaps_lists_exactly_the_pairs_that_share_an_episode(members):
     found = {(a, b) for a, b, _ in registry.overlaps(members)}
@@ -110,7 +108,7 @@ def test_math_dev_set_is_carved_by_question_and_keeps_repeats_on_one_side():
     assert len(dev_questions) == 2 and len(dev) == 6  # each question appears 3 times
     assert not dev_questions & {p.question for p in train}
     assert carve_dev(problems, 2) == (train, dev)  # the same carving every time
-    with pytest.raises(ConfigError, match="'env.math.validation_problems': 7 dev problems"):
+    with pytest.raises(ConfigError, match=r"'env\.math\.validation_problems': 7 dev problems"):
         carve_dev(problems, 7)
 
 
@@ -146,7 +144,7 @@ def test_a_sweep_whose_selection_reads_test_is_refused_in_one_line(tmp_path):
         "validation split, never the test split"
     )
     both = _sweep(tmp_path, "protocol: {}\noverrides: {trainer.eval_split: test}\n")
-    with pytest.raises(ConfigError, match="'overrides.trainer.eval_split': .* protocol"):
+    with pytest.raises(ConfigError, match=r"'overrides\.trainer\.eval_split': .* protocol"):
         spec.load_sweep(both)
 
 
@@ -183,3 +181,10 @@ def test_a_run_evaluating_on_validation_keeps_its_outcomes_under_that_split(tmp_
     records = read_records(held_out_path(tmp_path, 0, "validation"))
     assert [r["seed"] for r in records] == build.eval_seeds(config, "validation")
     assert evaluated_steps(tmp_path, "test") == []
+
+
+def test_a_search_protocol_runs_no_test_evaluation(tmp_path):
+    sweep = spec.load_sweep(_sweep(tmp_path, "seeds: [0]\nprotocol: {end_point: none}\n"))
+    assert sweep.evaluate_on == {} and sweep.overrides["trainer.eval_split"] == "validation"
+    with pytest.raises(ConfigError, match=r"'protocol\.end_point': final .* or none"):
+        spec.load_sweep(_sweep(tmp_path, "seeds: [0]\nprotocol: {end_point: best}\n"))

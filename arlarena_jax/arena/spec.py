@@ -25,7 +25,8 @@
     protocol:                         # the splits (docs/arena.md, "Protocol"): every run's
       select_on: validation           # evaluations play this split, and every choice reads it;
       end_point: final                # each run's final policy is evaluated once on the test
-                                      # split (the evaluation "test"); select_on: test is refused
+                                      # split (the evaluation "test"; none: a search that only
+                                      # chooses, tested by a later sweep); select_on: test refused
     starts: runs/starts               # where shared cloned starts live (reused across sweeps)
     slurm: {partition: gpu, gpus_per_node: 1, cpus_per_task: 8}   # the cluster executor's job
 
@@ -61,7 +62,9 @@ KNOWN_KEYS = (
 )
 METHOD_KEY, SEED_KEY, STEPS_KEY = "algorithm.method", "trainer.seed", "trainer.total_steps"
 SPLIT_KEY, TEST_EVALUATION = "trainer.eval_split", "test"
-END_POINTS = ("final",)  # the policies a protocol evaluates on the test split
+# the policies a protocol evaluates on the test split: each run's final one, or none (a search
+# whose runs only choose: a recipe read on validation, tested later from a sweep of its own)
+END_POINTS = ("final", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +256,7 @@ def _protocol(data: dict, path: Path) -> Protocol | None:
         raise _fail(
             path,
             "protocol.end_point",
-            f"one of {', '.join(END_POINTS)} (each run's final policy), got {protocol.end_point!r}",
+            f"final (each run's final policy) or none (a search), got {protocol.end_point!r}",
         )
     return protocol
 
@@ -273,6 +276,8 @@ def _apply_protocol(
     if TEST_EVALUATION in evaluate_on:
         raise _fail(path, f"evaluate_on.{TEST_EVALUATION}", "is the protocol's test evaluation")
     overrides = {**overrides, SPLIT_KEY: protocol.select_on}
+    if protocol.end_point == "none":
+        return overrides, evaluate_on
     return overrides, {**evaluate_on, TEST_EVALUATION: {SPLIT_KEY: "test"}}
 
 
