@@ -25,7 +25,7 @@ from envs.text import Expert, TaskFormat
 
 # The three splits every environment declares, disjoint and fixed: training episodes, the
 # validation episodes that every choice reads (a recipe, a best step, an early stop), and the test
-# episodes a result is reported on (docs/environments.md §1.9).
+# episodes a result is reported on (docs/environments.md §1.11).
 SPLITS = ("train", "validation", "test")
 
 
