@@ -63,7 +63,12 @@ def make_run(
         "env": {"name": env},
         "algorithm": {"method": method},
         "optim": {"lr": 1e-4},
-        "trainer": {"seed": seed, "total_steps": 20, "run_dir": str(run)},
+        "trainer": {
+            "seed": seed,
+            "total_steps": 20,
+            "run_dir": str(run),
+            "eval_split": "validation",
+        },
         "sft": {"init_from": f"starts/{seed}"},
     }
     for section, values in (config or {}).items():
@@ -128,11 +133,18 @@ def test_the_table_numbers(table_runs: Path):
 
 def test_the_cells_print_as_the_paper(table_runs: Path):
     rows = rows_by_label(table_runs)
-    assert cell(rows["GRPO"].success["final"], 2, 100) == "40.0 ± 14.1"
-    assert cell(rows["GSPO"].success["final"], 1, 100) == "35.0 ± –"  # one seed: no std
+    assert cell(rows["GRPO"].success["final"], 2, 100) == "40.0 ± 14.1 (SD)"  # std over seeds
+    assert cell(rows["GSPO"].success["final"], 1, 100) == "35.0 ± – (SE)"  # one seed: no std
     assert change_cell(rows["SAMPO"].change) == "(+25.0%)"
     assert change_cell(rows["GSPO"].change) == "(-12.5%)"
     assert change_cell(None) == "–"
+
+
+def test_a_value_only_some_seeds_have_names_its_spread_or_shows_none():
+    """Two of three seeds: their std (0.3, 0.5: sqrt(0.02) = 0.1414), marked SD; one of two:
+    no spread at all, so no "±" (an SD needs two seeds, and no SE of several seeds is kept)."""
+    assert cell(stat([0.3, 0.5, None]), 3, 100) == "40.0 ± 14.1 (SD) (n=2)"
+    assert cell(stat([0.57, None]), 2, 100) == "57.0 (n=1)"
 
 
 def test_without_a_baseline_row_the_change_is_a_dash(table_runs: Path):
@@ -194,12 +206,12 @@ def test_several_seeds_keep_the_std_and_no_se_keeps_the_dash(se_runs: Path):
     rows = rows_by_label(se_runs)
     grpo, gspo = rows["GRPO"], rows["GSPO"]
     # finals 0.3, 0.5: std sqrt(0.02) = 0.141421; 'next' 0.2, 0.4: the same std
-    assert cell(grpo.success["final"], 2, 100) == "40.0 ± 14.1"
-    assert cell(grpo.evaluated["next"], 2, 100) == "30.0 ± 14.1"
+    assert cell(grpo.success["final"], 2, 100) == "40.0 ± 14.1 (SD)"
+    assert cell(grpo.evaluated["next"], 2, 100) == "30.0 ± 14.1 (SD)"
     assert all(s.se is None for s in [*grpo.success.values(), grpo.evaluated["next"]])
-    assert cell(gspo.success["final"], 1, 100) == "35.0 ± –"
-    assert cell(gspo.success["after_cloning"], 1, 100) == "50.0 ± –"
-    assert cell(gspo.evaluated["next"], 1, 100) == "10.0 ± –"
+    assert cell(gspo.success["final"], 1, 100) == "35.0 ± – (SE)"
+    assert cell(gspo.success["after_cloning"], 1, 100) == "50.0 ± – (SE)"
+    assert cell(gspo.evaluated["next"], 1, 100) == "10.0 ± – (SE)"
 
 
 def test_the_written_report_marks_the_se(se_runs: Path, tmp_path: Path):
@@ -207,7 +219,7 @@ def test_the_written_report_marks_the_se(se_runs: Path, tmp_path: Path):
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "| 50.0 ± 7.9 (SE) | 62.5 ± 7.7 (SE) |" in md  # after cloning, final
-    assert "| 75.0 ± 6.8 (SE) |" in md and "| 25.0 ± 5.0 (SE) |" in md and "| 35.0 ± – |" in md
+    assert "| 75.0 ± 6.8 (SE) |" in md and "| 25.0 ± 5.0 (SE) |" in md and "| 35.0 ± – (SE) |" in md
     assert "<td>62.5 ± 7.7 (SE)</td>" in html
     for text in (md, html):
         assert "For one seed, ± x (SE) is instead the standard error" in text
@@ -512,26 +524,53 @@ def test_the_lowest_success_column_only_where_a_run_had_several_evaluations(tmp_
     assert "| 60.0 (step 20) | 60.0 (step 20) | 20.0 (step 10) |" in dip  # final, best, lowest
 
 
+def test_a_best_over_test_steps_is_not_shown_and_old_runs_say_what_they_evaluated(
+    tmp_path: Path,
+):
+    """A run evaluated on the test split, or from before the splits (no trainer.eval_split),
+    shows its final success but no best step: choosing that best would read the test games."""
+    make_run(
+        tmp_path, "grpo_seed0", scalars=val(0.2, 0.6), config={"trainer": {"eval_split": "test"}}
+    )
+    old = make_run(tmp_path, "grpo_seed1", seed=1, scalars=val(0.4, 0.5))
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    del config["trainer"]["eval_split"]
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    md = document_text(tmp_path)
+    assert "| grpo_seed0 | GRPO | 0 | test |" in md and "| 1 | test, before the protocol |" in md
+    assert md.count("not shown (test)") == 3  # both runs' rows and their group's row
+    assert "Final success (%, test / test, before the protocol)" in md
+
+
 def held_out_games(run: Path, step: int, wins: list[bool]) -> None:
     """The run's per-game held-out records of ``step``: game i won or not."""
     from arlarena_jax.train.held_out import held_out_path, write_records
 
     games = [{"seed": i, "won": w, "return": 0.0, "length": 1} for i, w in enumerate(wins)]
-    write_records(held_out_path(run, step), games)
+    write_records(held_out_path(run, step, "validation"), games)
 
 
 def test_runs_with_per_episode_outcomes_show_their_paired_change(tmp_path: Path):
     """Four held-out games: step 0 wins games 0-1, step 20 wins games 1-3 (gained 2, lost 1):
     d = (-1, 0, 1, 1), mean 0.25, deviations 1.5625 + 0.0625 + 0.5625 x 2 = 2.75, paired SE
-    sqrt(2.75 / 4 / 4) = 0.4146: "+25.0 ± 41.5". A run without the files shows "–"."""
+    sqrt(2.75 / 4 / 4) = 0.4146: +25.0 ± 41.5 points; 2 SE = 82.9, the 80%-power MDE 2.801585 x
+    41.458 = 116.1; 25.0 < 82.9: not resolved, and n (2 SE / d̄)² = 4 x 2.75 / 16 x 4 / 0.0625
+    = 44 exactly, so 45 games would resolve it. A run without the files has no row."""
     paired = make_run(tmp_path / "runs", "grpo_seed0", scalars=val(0.6, 0.75))
     held_out_games(paired, 0, [True, True, False, False])
     held_out_games(paired, 20, [False, True, True, True])
     make_run(tmp_path / "runs", "grpo_seed1", seed=1, scalars=val(0.5, 0.5))
     build_report([tmp_path / "runs"], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| Change over step 0 (points, paired SE) |" in md
-    assert "| +25.0 ± 41.5 |" in md and md.count("| – |") >= 1
+    assert "### Change over step 0 (same run, same held-out games)" in md
+    assert (
+        "| Comparison | Seed | Difference (points) | ± SE (paired) | SE over | Resolvable (2 SE) "
+        "| 80%-power MDE (2.80 SE) | Would resolve it | Gained / lost | Verdict |"
+    ) in md
+    change = md[md.index("### Change over step 0") : md.index("## Definitions")]
+    row = "| GRPO | 0 | +25.0 | 41.5 | 4 games | 82.9 | 116.1 | 45 games | 2/1 | not resolved |"
+    assert row in change
+    assert "| GRPO | 1 |" not in change and "| GRPO | mean of" not in change  # seed 1: no games
     runs = {
         r["run"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]
     }
@@ -754,11 +793,29 @@ def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
 
     build_report([runs], tmp_path / "out", plots=False)
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| Seed 1 (points, paired SE; only A / only B won) |" in md
-    assert "Seed 2 (points" not in md  # only SAMPO ran seed 2
-    assert "| SAMPO − GRPO | +25.0 ± 41.5 (2/1) | +50.0 ± 25.0 (2/0) @step 10 |" in md
+    versus = md[md.index("### Head to head") :]
+    assert "| Only A / only B won | Verdict |" in versus
+    assert "| SAMPO − GRPO | 2 |" not in versus and "| mean of 0, 1, 2 |" not in versus
+    assert (
+        "| SAMPO − GRPO | 0 | +25.0 | 41.5 | 4 games | 82.9 | 116.1 | 45 games | 2/1 "
+        "| not resolved |"
+    ) in versus  # as over step 0 in the test above
+    # +50.0 is exactly 2 SE: not resolved (strictly more is needed); 4 (2 · 0.25 / 0.5)² = 4
+    # games is the tie, 5 resolve it; the MDE is 2.801585 · 25.0 = 70.0
+    assert (
+        "| SAMPO − GRPO | 1 @step 10 | +50.0 | 25.0 | 4 games | 50.0 | 70.0 | 5 games | 2/0 "
+        "| not resolved |"
+    ) in versus
+    # Over the two seeds: mean (25 + 50) / 2 = 37.5; their spread |50 − 25| / 2 = 12.5 is below
+    # the games' noise sqrt(41.4578² + 25²) / 2 = 24.206, which sets the SE; 2 SE = 48.4, the MDE
+    # 67.8; 2 (48.41 / 37.5)² = 3.33, so 4 seeds.
+    assert (
+        "| SAMPO − GRPO | mean of 0, 1 (steps as above) | +37.5 | 24.2 | games of 2 seeds | 48.4 "
+        "| 67.8 | 4 seeds | 4/1 | not resolved |"
+    ) in versus
+    assert "| +37.5 ± 24.2 (SE, games of 2 seeds): not resolved |" in md  # the method table
     html = (tmp_path / "out" / "report.html").read_text()
-    assert '<td class="label">SAMPO − GRPO</td><td>+25.0 ± 41.5 (2/1)</td>' in html  # 1 label
+    assert '<td class="label">SAMPO − GRPO</td><td class="label">0</td><td>+25.0</td>' in html
     assert '<td class="label">grpo_seed0</td><td class="label">GRPO</td>' in html  # runs: 2
     assert html.count('<div class="wide"><table>') == html.count("<table>")  # scroll, not spill
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -766,6 +823,14 @@ def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
         (0, 2, 1),
         (1, 2, 0),
     ]
+    assert [(v["needed"], v["resolved"]) for v in summary["head_to_head"]] == [
+        (45, False),
+        (5, False),
+    ]
+    (mean,) = summary["head_to_head_over_seeds"]
+    assert (mean["seeds"], mean["se_over"], mean["se_from_games"]) == ([0, 1], "seeds", True)
+    assert (mean["difference"], mean["se"]) == pytest.approx((37.5, 24.2061), abs=1e-4)
+    assert (mean["needed"], mean["verdict"]) == (4, "not resolved")
 
 
 def test_runs_whose_ratio_never_moved_are_named_on_policy(tmp_path: Path):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from arlarena_jax.arena.report.comparison import Comparison
 from arlarena_jax.arena.report.final_plot import FINAL
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
 from arlarena_jax.arena.report.on_policy import on_policy_note
+from arlarena_jax.arena.report.power_table import against, against_cell, comparison_rows
+from arlarena_jax.arena.report.start_change import start_changes
 from arlarena_jax.arena.report.table import (
     DASH,
     SCORE_NOTES,
@@ -18,7 +21,7 @@ from arlarena_jax.arena.report.table import (
     cell,
     change_cell,
 )
-from arlarena_jax.arena.report.versus import Versus, head_to_head, versus_cell
+from arlarena_jax.arena.report.versus import comparisons
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +56,23 @@ class Figures:
 
 Block = Heading | Paragraph | Bullets | Table | Figures
 
+NOT_ON_TEST = "not shown (test)"  # a best over test steps would be a choice on test
 
-def results_table(rows: Sequence[Row], baseline: str) -> Table:
-    """The paper-style table of one environment's groups (``baseline``: its display name)."""
+
+def results_table(
+    rows: Sequence[Row], baseline: str, paired: Mapping[str, Comparison | None] | None = None
+) -> Table:
+    """The paper-style table of one environment's groups (``baseline``: its display name);
+    ``paired``: each group's comparison with the baseline game by game, by label (a column
+    where any group has one)."""
     key = rows[0].score_key
-    headers = ["Dimension", "Method", "n", "After cloning (%)", "Final success (%)"]
-    headers += [f"Δ vs {baseline}", "Best success (%)"]
+    paired = {k: v for k, v in (paired or {}).items() if v is not None}
+    splits = sorted({run.split_label for r in rows for run in r.group.runs})
+    headers = ["Dimension", "Method", "n", "After cloning (%)"]
+    headers += [f"Final success (%, {' / '.join(splits)})"]
+    headers += [f"Δ vs {baseline}"]
+    headers += [f"Paired vs {baseline} (points)"] if paired else []
+    headers += ["Best success (%)"]
     headers += (["Final score", "Best score"] if key else []) + ["Collapsed seeds", "Warned seeds"]
     names = list(rows[0].evaluated)  # the environment's evaluations under other settings
     headers += [f"Success @{name} (%)" for name in names]
@@ -67,9 +81,12 @@ def results_table(rows: Sequence[Row], baseline: str) -> Table:
         n = len(r.group.runs)
         line = [r.group.dimension, r.group.label, str(n), cell(r.success["after_cloning"], n, 100)]
         line += [cell(r.success["final"], n, 100), change_cell(r.change)]
-        line += [cell(r.success["best"], n, 100)]
+        line += [against_cell(paired.get(r.group.label))] if paired else []
+        on_test = any(run.eval_split == "test" for run in r.group.runs)
+        best = (NOT_ON_TEST, NOT_ON_TEST) if on_test else (None, None)
+        line += [best[0] or cell(r.success["best"], n, 100)]
         if key:
-            line += [cell(r.score["final"], n, 1, 3), cell(r.score["best"], n, 1, 3)]
+            line += [cell(r.score["final"], n, 1, 3), best[1] or cell(r.score["best"], n, 1, 3)]
         line += [f"{r.collapsed}/{n}", f"{r.warned}/{n}"]
         body.append((*line, *(cell(r.evaluated[name], n, 100) for name in names)))
     return Table(tuple(headers), tuple(body))
@@ -85,56 +102,63 @@ def _evaluated_at(evaluation: dict | None) -> str:
     return f"{evaluation['success']:.1f} (step {evaluation['step']})"
 
 
+def _best(rec: dict) -> str:
+    """The best step's success, on a split a choice may read; a best over test steps is a
+    choice made on the test games, so it is not shown."""
+    if rec["eval_split"].startswith("test"):
+        return NOT_ON_TEST
+    return _at(rec["success_best"], rec["success_best_step"])
+
+
 def runs_table(report: Report, env: str) -> Table:
     """One line per run of ``env``."""
     records = [r for r in run_records(report) if r["env"] == env]
     names = sorted({name for rec in records for name in rec["evaluations"]})
-    headers = ("Run", "Method", "Seed", "State", "Step", "Final success (%)", "Best success (%)")
+    headers = ("Run", "Method", "Seed", "Split", "State", "Step", "Final success (%)")
+    headers += ("Best success (%)",)
     dips = any(rec["success_evaluations"] > 1 for rec in records)
     headers += ("Lowest success (%)",) if dips else ()
     headers += ("Collapse step", "Collapse kinds", "Warnings (first step)")
     headers += tuple(f"Success @{name} (%)" for name in names)
-    paired = any(rec["change_paired"] is not None for rec in records)
-    headers += ("Change over step 0 (points, paired SE)",) if paired else ()
     body = []
     for rec in records:
         state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
         steps = f"{rec['last_step']}/{rec['total_steps'] or '?'}"
         final = _at(rec["success_final"], rec["success_final_step"])
-        best = _at(rec["success_best"], rec["success_best_step"])
+        best = _best(rec)
         step = DASH if rec["collapse_step"] is None else str(rec["collapse_step"])
         kinds = ", ".join(rec["collapse_kinds"]) or DASH
-        body.append((rec["run"], rec["label"], str(rec["seed"]), state, steps, final, best))
+        split = rec["eval_split"]
+        body.append((rec["run"], rec["label"], str(rec["seed"]), split, state, steps, final, best))
         if dips:
             body[-1] += (_at(rec["success_lowest"], rec["success_lowest_step"]),)
         warnings = ", ".join(rec["warning_kinds"])
         warnings = f"{warnings} ({rec['warning_step']})" if warnings else DASH
         body[-1] += (step, kinds, warnings)
         body[-1] += tuple(_evaluated_at(rec["evaluations"].get(name)) for name in names)
-        if paired:
-            body[-1] += (_paired(rec),)
     return Table(headers, tuple(body))
 
 
-def _paired(record: dict) -> str:
-    """The run's change in success from step 0 to its last evaluation, over the same games,
-    with the paired standard error (arlarena_jax.train.held_out); – without both files."""
-    if record["change_paired"] is None:
-        return DASH
-    return f"{record['change_paired']:+.1f} ± {record['change_paired_se']:.1f}"
-
-
-def versus_table(comparisons: Sequence[Versus]) -> Table | None:
-    """One line per pair of methods (A − B), one column per seed both ran; None if none."""
-    if not comparisons:
+def comparison_table(found: Sequence[Comparison], won: str) -> Table | None:
+    """One line per comparison (a seed, or the mean over seeds) with its power; None if none.
+    ``won`` heads the column of games only one side won."""
+    if not found:
         return None
-    seeds = sorted({v.seed for v in comparisons})
-    cells: dict[tuple[str, str], dict[int, str]] = {}
-    for v in comparisons:
-        cells.setdefault((v.a, v.b), {})[v.seed] = versus_cell(v)
-    headers = ("A − B", *(f"Seed {s} (points, paired SE; only A / only B won)" for s in seeds))
-    body = [(f"{a} − {b}", *(row.get(s, DASH) for s in seeds)) for (a, b), row in cells.items()]
-    return Table(headers, tuple(body), labels=1)
+    headers, rows = comparison_rows(found, won)
+    return Table(headers, rows)
+
+
+def baseline_comparisons(
+    report: Report, env: str, found: Sequence[Comparison]
+) -> dict[str, Comparison | None]:
+    """Each group of ``env`` against the environment's one baseline group, by label (none
+    without exactly one baseline group)."""
+    groups = [g for g in report.groups if g.env == env]
+    bases = [g for g in groups if g.method == report.baseline]
+    if len(bases) != 1:
+        return {}
+    base = bases[0].label
+    return {g.label: against(found, g.label, base) for g in groups if g.label != base}
 
 
 def first_events(report: Report, env: str) -> Bullets | None:
@@ -157,6 +181,34 @@ def _overridden(monitor: dict) -> str:
     return f" (for this report: {shown})"
 
 
+def _comparisons_defined() -> tuple[str, ...]:
+    """The definitions of the comparison tables and their power columns."""
+    return (
+        "Change over step 0 (where runs kept their per-episode outcomes, held_out/): each "
+        "run's final minus its step-0 held-out success over the same games, in points; "
+        "gained / lost: games won only at the end / only at the start; a group of several "
+        "seeds adds the mean over them.",
+        "Head to head (where runs kept their per-episode outcomes): method A's run minus "
+        "method B's run of the same seed in held-out success over the same games, at the "
+        "last step both evaluated (@step N where that is not both runs' last), in points; "
+        "only A / only B won: games only A won / only B won; where both methods ran several "
+        "seeds, the mean over them follows.",
+        "± SE (paired), in the comparison tables: over one seed's n games, sqrt(mean "
+        "(d − d̄)² / n) over the per-game differences d (games both sides won, or both lost, "
+        "add nothing); it covers those games, not another training's outcome. Over k seeds "
+        "(mean of …): SD / sqrt(k) of the per-seed differences (ddof=1), which holds the "
+        "spread between trainings as well as the game noise, but never below the games' own "
+        "noise sqrt(Σ SE_j²) / k (SE over: games of k seeds, where that set it). Resolvable: "
+        "2 SE, the smallest difference these games or seeds resolve under the rank rule. "
+        "80%-power MDE: (z_0.975 + z_0.8) SE ≈ 2.80 SE, the true difference a two-sided 5% "
+        "test would detect four times in five. Would resolve it: the fewest games (one seed) "
+        "or seeds (a mean over seeds) at which the observed difference would exceed 2 SE, "
+        "floor(n (2 SE / d̄)²) + 1 with the SE shrinking as 1/sqrt(n) (n or fewer: resolved "
+        "already). Verdict: A > B or A < B only where |d̄| > 2 SE, else not resolved; the "
+        "report ranks methods nowhere else.",
+    )
+
+
 def definitions(report: Report) -> Bullets:
     rule, base = report.rule, method_info(report.baseline)[1]
     return Bullets(
@@ -165,20 +217,19 @@ def definitions(report: Report) -> Bullets:
             "RL. Final: the last evaluated step after 0 (a run in progress: its newest). Best: "
             "the maximum over evaluated steps after 0. Lowest (runs evaluated more than once "
             "after step 0): the minimum over them, a dip the run may have recovered from.",
-            "Cells are mean ± sample standard deviation (ddof=1) over seeds; (n=k) when only k "
-            "seeds have the value. For one seed, ± x (SE) is instead the standard error of "
-            "that evaluation over its n episodes (sqrt(p(1 − p)/n) for a success rate p), "
-            "logged at the value's step; – where the run logged none.",
+            "Cells are mean ± x (SD): the sample standard deviation (ddof=1) over the row's n "
+            "seeds, their spread, not the SE of the mean; (n=k) when only k seeds have the value "
+            "(one of several: the value alone). For one seed, ± x (SE) is instead the standard "
+            "error of that evaluation over its n episodes (sqrt(p(1 − p)/n) for a success rate "
+            "p), logged at the value's step; ± – (SE) where the run logged none.",
             f"Δ vs {base}: (m − m_{base}) / m_{base} · 100 of the mean final success, against "
-            f"the same environment's {base} group (– for that group itself or without one).",
+            f"the same environment's {base} group (– for that group itself or without one); it "
+            f"carries no SE and ranks nothing. Paired vs {base} (where runs kept per-episode "
+            f"outcomes): the group's success minus {base}'s over the same games, in points, ± its "
+            "paired SE (what it is over in brackets) and the verdict, from the head-to-head "
+            "table: the mean over seeds where both ran several, else their one seed.",
             "Step: the newest RL step logged / trainer.total_steps.",
-            "Change over step 0 (where runs kept their per-episode outcomes, held_out/): the "
-            "final minus the step-0 success over the same held-out games, in points, ± its "
-            "paired standard error sqrt(mean (d − d̄)² / n) over the per-game differences d.",
-            "Head to head (where runs kept their per-episode outcomes): method A's run minus "
-            "method B's run of the same seed in held-out success over the same games, at the "
-            "last step both evaluated (@step N where that is not both runs' last), in points, ± "
-            "the paired SE as above; (x/y): games only A won / only B won.",
+            *_comparisons_defined(),
             "Events: the trainer's stability monitor replayed on the logged metrics with each "
             f"run's monitor settings{_overridden(report.monitor)}, and success_collapse: "
             "training success averaged over "
@@ -216,15 +267,25 @@ def evaluations_note(report: Report, env: str) -> Paragraph | None:
     )
 
 
+CHANGE_HEADING = "Change over step 0 (same run, same held-out games)"
+VERSUS_HEADING = "Head to head (same seed, same held-out games)"
+
+
 def env_blocks(report: Report, env: str) -> list[Block]:
     rows = [r for r in report.rows if r.group.env == env]
     baseline = method_info(report.baseline)[1]
-    blocks: list[Block] = [Heading(f"Environment: {env}"), results_table(rows, baseline)]
+    groups = [g for g in report.groups if g.env == env]
+    versus = comparisons(groups)
+    paired = baseline_comparisons(report, env, versus)
+    blocks: list[Block] = [Heading(f"Environment: {env}"), results_table(rows, baseline, paired)]
     if rows[0].score_key:
         key = rows[0].score_key
         note = SCORE_NOTES.get(key, "as logged")
         blocks.append(
-            Paragraph(f"Score: {key}, {note}; mean ± std over seeds (one seed: ± SE) as above.")
+            Paragraph(
+                f"Score: {key}, {note}; mean ± SD over seeds (one seed: ± SE of its evaluation) "
+                "as above."
+            )
         )
     note = evaluations_note(report, env)
     if note is not None:
@@ -244,9 +305,12 @@ def env_blocks(report: Report, env: str) -> list[Block]:
             )
             blocks += [Heading(heading, 3), Figures(items)]
     blocks += [Heading("Runs", 3), runs_table(report, env)]
-    versus = versus_table(head_to_head([g for g in report.groups if g.env == env]))
-    if versus is not None:
-        blocks += [Heading("Head to head (same seed, same held-out games)", 3), versus]
+    for heading, table in (
+        (CHANGE_HEADING, comparison_table(start_changes(groups), "Gained / lost")),
+        (VERSUS_HEADING, comparison_table(versus, "Only A / only B won")),
+    ):
+        if table is not None:
+            blocks += [Heading(heading, 3), table]
     events = first_events(report, env)
     if events:
         blocks += [Heading("Stability events (the first of each kind per run)", 3), events]

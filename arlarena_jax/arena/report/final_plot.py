@@ -48,7 +48,7 @@ def final_points(group: Group, collapsed: Mapping[str, bool]) -> list[FinalPoint
     for run in group.runs:
         ev = evaluation(run.scalars.get(SUCCESS_KEY))
         se = logged_se(run, SUCCESS_KEY, ev.final_step)
-        change = run_change(run.path)
+        change = run_change(run.path, run.eval_split)
         points.append(
             FinalPoint(
                 seed=run.seed,

@@ -47,7 +47,7 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
     """One run's numbers (success in %), as summary.json and runs.csv list them."""
     ev = evaluation(run.scalars.get(SUCCESS_KEY))
     collapse = report.collapses[str(run.path)]
-    change = run_change(run.path)  # step 0 to the last evaluation, game by game
+    change = run_change(run.path, run.eval_split)  # step 0 to the last evaluation, by game
     return {
         "run": str(run.path.relative_to(report.root)),
         "path": str(run.path),
@@ -55,6 +55,7 @@ def run_record(report: Report, group: Group, run: Run) -> dict[str, Any]:
         "method": run.method,
         "label": group.label,
         "seed": run.seed,
+        "eval_split": run.split_label,
         "state": run.state,
         "error": run.error,
         "last_step": run.last_step,

@@ -54,6 +54,19 @@ class Run:
         return int(trainer["seed"] if rl_seed is None else rl_seed)
 
     @property
+    def eval_split(self) -> str:
+        """The split its evaluations played (``trainer.eval_split``); a run from before the
+        splits existed evaluated on the test games."""
+        return str((self.config.get("trainer") or {}).get("eval_split") or "test")
+
+    @property
+    def split_label(self) -> str:
+        """:attr:`eval_split`, saying so where the run predates the splits (its choices, if
+        any, read the same test games)."""
+        before = "eval_split" not in (self.config.get("trainer") or {})
+        return "test, before the protocol" if before else self.eval_split
+
+    @property
     def last_step(self) -> int:
         """The newest RL step logged (0: none yet)."""
         steps = [

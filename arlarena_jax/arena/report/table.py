@@ -6,14 +6,14 @@ Per run, from an evaluated metric (``val/success_rate``, or the score):
 - *final*: the value at the last evaluated step after step 0 (a run in progress: its newest);
 - *best*: the maximum over evaluated steps after step 0 (*lowest*, the minimum, per run).
 
-Per group: mean ± sample std (ddof=1) over seeds, and the relative change of the mean final
-success against the baseline group (GRPO) of the same environment, as the paper prints it:
-``(m − m_grpo) / m_grpo · 100``. A group of one seed has no std: its cells show instead the
+Per group: mean ± sample std (ddof=1) over seeds, marked "(SD)", and the relative change of the
+mean final success against the baseline group (GRPO) of the same environment, as the paper prints
+it: ``(m − m_grpo) / m_grpo · 100``. A group of one seed has no std: its cells show instead the
 standard error of that one evaluation over its episodes, ``<key>_se`` as the evaluation logged it
-at the value's step (:func:`arlarena_jax.rollout.metrics.standard_errors`), marked "(SE)"; "–"
-where none was logged (older runs). Success is shown in %, the score as logged. Runs evaluated
-again under other settings (``evaluations/<name>``, a sweep's ``evaluate_on``) add the success of
-each such evaluation, ``val/success_rate@<name>``, per group.
+at the value's step (:func:`arlarena_jax.rollout.metrics.standard_errors`), marked "(SE)";
+"– (SE)" where none was logged (older runs). Success is shown in %, the score as logged. Runs
+evaluated again under other settings (``evaluations/<name>``, a sweep's ``evaluate_on``) add the
+success of each such evaluation, ``val/success_rate@<name>``, per group.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ POINTS = ("after_cloning", "final", "best")
 DASH = "–"
 SE_SUFFIX = "_se"  # an evaluation's standard error of ``<key>`` is logged as ``<key>_se``
 SE_MARK = "(SE)"  # follows a one-seed cell's standard error, telling it from a std over seeds
+SD_MARK = "(SD)"  # follows a std over seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,18 +213,21 @@ def build_rows(
 
 
 def spread(s: Stat, scale: float = 1.0, digits: int = 1) -> str:
-    """The std over seeds; else a one-seed group's standard error, marked "(SE)"; else "–"."""
+    """The std over seeds, marked "(SD)"; else a one-seed group's standard error, marked "(SE)";
+    else "– (SE)": one seed, no SE logged."""
     if s.std is not None:
-        return f"{s.std * scale:.{digits}f}"
-    return DASH if s.se is None else f"{s.se * scale:.{digits}f} {SE_MARK}"
+        return f"{s.std * scale:.{digits}f} {SD_MARK}"
+    return f"{DASH} {SE_MARK}" if s.se is None else f"{s.se * scale:.{digits}f} {SE_MARK}"
 
 
 def cell(s: Stat, runs: int, scale: float = 1.0, digits: int = 1) -> str:
-    """``mean ± std``; one seed: ``mean ± SE (SE)`` or ``mean ± –`` (:func:`spread`);
-    ``(n=k)`` when fewer than ``runs`` seeds count."""
+    """``mean ± std (SD)``; one seed: ``mean ± SE (SE)`` or ``mean ± – (SE)`` (:func:`spread`);
+    ``(n=k)`` when fewer than ``runs`` seeds count (one of several: the mean alone, no ±)."""
     if s.mean is None:
         return DASH
-    text = f"{s.mean * scale:.{digits}f} ± {spread(s, scale, digits)}"
+    text = f"{s.mean * scale:.{digits}f}"
+    if s.std is not None or s.se is not None or runs == 1:
+        text += f" ± {spread(s, scale, digits)}"
     return text if s.n == runs else f"{text} (n={s.n})"
 
 

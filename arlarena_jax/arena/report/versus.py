@@ -5,6 +5,8 @@ paired game by game: their difference in success at a step both evaluated is d̄
 (won_A,i − won_B,i) ± sqrt(mean_i (d_i − d̄)² / n) (:func:`arlarena_jax.train.held_out.
 paired_change`). Games both runs win, or both lose, add nothing to the SE, so the paired SE is
 smaller than the two evaluations' own SEs combined whenever the runs agree on most games.
+Where the two methods share two or more seeds, the per-seed differences are averaged too, with
+their SE over seeds (:func:`~arlarena_jax.arena.report.comparison.pooled`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from arlarena_jax.arena.report.comparison import Comparison, one_seed, record, with_pooled
 from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.runs import Run
 from arlarena_jax.train.held_out import (
@@ -36,7 +39,7 @@ class Versus:
     change: PairedChange
 
 
-def _by_seed(group: Group) -> dict[int, Run]:
+def by_seed(group: Group) -> dict[int, Run]:
     """The group's runs by seed (the first run of a seed, should a group repeat one)."""
     runs: dict[int, Run] = {}
     for run in group.runs:
@@ -46,14 +49,19 @@ def _by_seed(group: Group) -> dict[int, Run]:
 
 def run_versus(a: Run, b: Run) -> tuple[int, bool, PairedChange] | None:
     """``a`` − ``b`` at the newest step after 0 that both kept per-game outcomes for (whether it
-    is the last of both, and the paired change); None without one or without shared games."""
-    steps_a, steps_b = evaluated_steps(a.path), evaluated_steps(b.path)
+    is the last of both, and the paired change); None without one, without shared games, or
+    when the two runs evaluated on different splits."""
+    split = a.eval_split
+    if b.eval_split != split:
+        return None
+    steps_a, steps_b = evaluated_steps(a.path, split), evaluated_steps(b.path, split)
     shared = sorted(set(steps_a) & set(steps_b) - {0})
     if not shared:
         return None
     step = shared[-1]
     change = paired_change(
-        read_records(held_out_path(b.path, step)), read_records(held_out_path(a.path, step))
+        read_records(held_out_path(b.path, step, split)),
+        read_records(held_out_path(a.path, step, split)),
     )
     if change is None:
         return None
@@ -66,7 +74,7 @@ def head_to_head(groups: Sequence[Group]) -> list[Versus]:
     out = []
     for j, later in enumerate(groups):
         for earlier in groups[:j]:
-            mine, theirs = _by_seed(later), _by_seed(earlier)
+            mine, theirs = by_seed(later), by_seed(earlier)
             for seed in sorted(mine.keys() & theirs.keys()):
                 found = run_versus(mine[seed], theirs[seed])
                 if found is not None:
@@ -74,25 +82,24 @@ def head_to_head(groups: Sequence[Group]) -> list[Versus]:
     return out
 
 
-def versus_cell(v: Versus) -> str:
-    """E.g. ``+10.9 ± 6.3 (12/5)``, `` @step 8`` added where it is not both runs' last."""
-    c = v.change
-    text = f"{100 * c.change:+.1f} ± {100 * c.se:.1f} ({c.gained}/{c.lost})"
-    return text if v.final else f"{text} @step {v.step}"
+def comparison(v: Versus) -> Comparison:
+    """The head-to-head ``v`` as a one-seed :class:`Comparison` over its games."""
+    step = None if v.final else v.step
+    return one_seed(f"{v.a} − {v.b}", (v.a, v.b), v.seed, v.change, step, v.final)
+
+
+def comparisons(groups: Sequence[Group]) -> list[Comparison]:
+    """:func:`head_to_head` seed by seed, each pair of methods followed by its mean over the
+    seeds both ran where they are two or more."""
+    return with_pooled([comparison(v) for v in head_to_head(groups)])
 
 
 def versus_record(v: Versus) -> dict:
-    """One comparison for summary.json (points, like the runs' paired change)."""
-    c = v.change
-    return {
-        "a": v.a,
-        "b": v.b,
+    """One seed's comparison for summary.json (points, like the runs' paired change), with its
+    power (:func:`~arlarena_jax.arena.report.comparison.record`)."""
+    return record(comparison(v)) | {
         "seed": v.seed,
         "step": v.step,
         "final": v.final,
-        "games": c.n,
-        "difference": round(100 * c.change, 6),
-        "se": round(100 * c.se, 6),
-        "only_a_won": c.gained,
-        "only_b_won": c.lost,
+        "games": v.change.n,
     }

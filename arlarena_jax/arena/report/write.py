@@ -8,12 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.report.comparison import Comparison, record
 from arlarena_jax.arena.report.document import document
+from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.html import data_uri, render_html
 from arlarena_jax.arena.report.markdown import render_markdown
 from arlarena_jax.arena.report.model import Report, run_records
+from arlarena_jax.arena.report.start_change import start_changes
 from arlarena_jax.arena.report.table import Row, Stat
-from arlarena_jax.arena.report.versus import head_to_head, versus_record
+from arlarena_jax.arena.report.versus import comparisons, head_to_head, versus_record
 
 CSV_FIELDS = (
     "run", "env", "method", "label", "seed", "state", "error", "last_step", "total_steps",
@@ -48,8 +51,23 @@ def row_record(row: Row) -> dict[str, Any]:
     }
 
 
+def _by_env(report: Report) -> dict[str, list[Group]]:
+    """The report's groups by environment, in table order."""
+    envs: dict[str, list[Group]] = {}
+    for group in report.groups:
+        envs.setdefault(group.env, []).append(group)
+    return envs
+
+
+def _records(env: str, found: list[Comparison], seeds: bool) -> list[dict[str, Any]]:
+    """The comparisons over seeds (``seeds``) or of one seed, for summary.json."""
+    return [{"env": env} | record(c) for c in found if (len(c.seeds) > 1) == seeds]
+
+
 def write_summary(report: Report, path: Path) -> None:
-    """``summary.json``: the settings, every group's and every run's numbers."""
+    """``summary.json``: the settings, every group's and every run's numbers, and every
+    comparison with its power (:func:`~arlarena_jax.arena.report.comparison.record`)."""
+    envs = _by_env(report)
     summary = {
         "title": report.title,
         "baseline": report.baseline,
@@ -62,8 +80,16 @@ def write_summary(report: Report, path: Path) -> None:
         "runs": run_records(report),
         "head_to_head": [
             {"env": env} | versus_record(v)
-            for env in dict.fromkeys(g.env for g in report.groups)
-            for v in head_to_head([g for g in report.groups if g.env == env])
+            for env, groups in envs.items()
+            for v in head_to_head(groups)
+        ],
+        "head_to_head_over_seeds": [
+            r for env, groups in envs.items() for r in _records(env, comparisons(groups), True)
+        ],
+        "change_over_start": [
+            {"env": env, "label": c.label} | record(c)
+            for env, groups in envs.items()
+            for c in start_changes(groups)
         ],
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
     }
