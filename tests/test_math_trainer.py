@@ -61,7 +61,7 @@ def test_the_answer_oracle_scores_every_aime_problem():
     math-verify in the scoring worker: every problem is solved, in one turn, with valid code."""
     config = load_config(CONFIG, ["env.math.test_files=[aime2024]"])
     spec = registry.get("math")
-    batch = spec.make_batch(config.env, 30, "eval")
+    batch = spec.make_batch(config.env, 30, "test")
     try:
         answers = [p.answer for p in batch.problems]
         policy = ScriptedPolicy(lambda prompts: [oracle_reply(a) for a in answers])
