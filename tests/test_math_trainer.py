@@ -100,7 +100,7 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     episodes = tmp_path / "episodes.jsonl"
     assert main(["eval", CONFIG, *small(tmp_path), "--episodes-out", str(episodes)]) == 0
     out = capsys.readouterr().out
-    assert "30 held-out episodes" in out and "val/aime2024/avg_at_1" in out
+    assert "30 episodes of the test split" in out and "val/aime2024/avg_at_1" in out
     values = [float(line.split()[-1]) for line in out.splitlines() if "avg_at_1" in line]
     assert np.isclose(values[0], final["val/aime2024/avg_at_1"])
     # the same parameters play the same 30 problems alike: per episode, as the run's last
@@ -112,7 +112,7 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
         main(["eval", CONFIG, *small(tmp_path), "--step", "0", "--episodes-out", str(episodes)])
         == 0
     )
-    assert "checkpoint step 0, 30 held-out episodes" in capsys.readouterr().out
+    assert "checkpoint step 0, 30 episodes of the test split" in capsys.readouterr().out
     assert read_records(episodes) == read_records(held_out_path(tmp_path, 0))
     # export --step 0: the cloned policy's weights, not the newest step's
     from safetensors.numpy import load_file

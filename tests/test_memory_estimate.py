@@ -85,7 +85,8 @@ def test_the_cli_refuses_it_before_building_anything(tmp_path, capsys):
     assert not run_dir.exists()  # refused before the run directory is made
 
 
-BIG_EVAL = ["env.eval_batch_size=2000000000", "trainer.eval_episodes=2000000000"]
+# within the evaluation seeds' block of 2^29 (train.build): the config refuses more
+BIG_EVAL = ["env.eval_batch_size=500000000", "trainer.eval_episodes=500000000"]
 
 
 @pytest.mark.parametrize(
@@ -94,8 +95,8 @@ BIG_EVAL = ["env.eval_batch_size=2000000000", "trainer.eval_episodes=2000000000"
         (["sampler.max_concurrent_decodes=10000000"], "sampler.max_concurrent_decodes"),
         (["trainer.micro_batch_size=4000000"], "trainer.micro_batch_size"),
         # evaluation plays min(eval_batch_size, eval_episodes) at once: the smaller is named
-        ([*BIG_EVAL, "env.eval_batch_size=1000000000"], "env.eval_batch_size"),
-        ([*BIG_EVAL, "trainer.eval_episodes=1000000000"], "trainer.eval_episodes"),
+        ([*BIG_EVAL, "env.eval_batch_size=250000000"], "env.eval_batch_size"),
+        ([*BIG_EVAL, "trainer.eval_episodes=250000000"], "trainer.eval_episodes"),
     ],
 )
 def test_other_sizes_name_their_own_key(overrides, key):

@@ -120,7 +120,9 @@ def test_one_fixed_partition(data_dir):
     goals = synthetic_goals(load_catalogue(data_dir), seed=0, test_size=3)
     assert goals.test == goals.goals[:3] and goals.train == goals.goals[3:]
     assert not {id(g) for g in goals.test} & {id(g) for g in goals.train}
-    with pytest.raises(ValueError, match="7 goals, need more than the 7 test goals"):
+    with pytest.raises(
+        ValueError, match="7 goals, need more than the 7 test and 0 validation goals"
+    ):
         synthetic_goals(load_catalogue(data_dir), seed=0, test_size=7)
 
 

@@ -24,8 +24,9 @@ def small(run_dir) -> list[str]:
         f"trainer.run_dir={run_dir}",
         "env.webshop.num_products=40",
         "env.webshop.test_goals=20",
+        "env.webshop.validation_goals=20",
         "env.webshop.nouns=lexicon",
-        "sft.num_episodes=4",
+        "sft.num_episodes=8",  # on the training goals left after validation, some within 4 turns
         "sft.steps=1",
         "env.history_length=0",  # shorter prompts: fewer and smaller compiled shapes
         "env.train_batch_size=2",
