@@ -861,3 +861,27 @@ def test_runs_whose_ratio_never_moved_are_named_on_policy(tmp_path: Path):
     assert "2 of 4 runs with RL updates (a, b) had" in (tmp_path / "out" / "report.md").read_text()
     alone = load_runs([runs / "c"])
     assert on_policy_note(alone, ["c"]) is None
+
+
+def test_runs_tested_at_their_end_point_pair_on_the_test_games(tmp_path: Path):
+    """A protocol sweep's test evaluation (evaluations/test/episodes.jsonl) pairs two methods'
+    runs of a seed game by game. Eight test games, SAMPO wins 1-5, GRPO wins game 8:
+    d = (1, 1, 1, 1, 1, 0, 0, -1), d̄ = 0.5, Σ (d − d̄)² = 5 x 0.25 + 2 x 0.25 + 2.25 = 4,
+    SE = sqrt(4 / 8 / 8) = 0.25: +50.0 ± 25.0 points, exactly 2 SE, so not resolved, and
+    floor(8 (2 x 0.25 / 0.5)²) + 1 = 9 games would resolve it."""
+    from arlarena_jax.train.held_out import write_records
+
+    def tested(run: Path, wins: list[int]) -> None:
+        games = [{"seed": i, "won": bool(w), "return": 0.0} for i, w in enumerate(wins)]
+        write_records(run / "evaluations" / "test" / "episodes.jsonl", games)
+
+    runs = tmp_path / "runs"
+    tested(make_run(runs, "grpo_seed0", scalars=val(0.5)), [0, 0, 0, 0, 0, 0, 0, 1])
+    tested(make_run(runs, "sampo_seed0", method="sampo", scalars=val(0.5)), [1] * 5 + [0] * 3)
+    md = document_text(runs)
+    heading = "### Head to head on the test split (same seed, each run's end point"
+    assert heading in md
+    row = (
+        "| SAMPO − GRPO | 0 | +50.0 | 25.0 | 8 games | 50.0 | 70.0 | 9 games | 5/1 | not resolved |"
+    )
+    assert row in md.split(heading)[1]

@@ -7,6 +7,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 
 from arlarena_jax.arena.report.comparison import Comparison
+from arlarena_jax.arena.report.end_point import end_point_comparisons
 from arlarena_jax.arena.report.final_plot import FINAL
 from arlarena_jax.arena.report.groups import method_info
 from arlarena_jax.arena.report.model import Report, run_records
@@ -83,10 +84,10 @@ def results_table(
         line += [cell(r.success["final"], n, 100), change_cell(r.change)]
         line += [against_cell(paired.get(r.group.label))] if paired else []
         on_test = any(run.eval_split == "test" for run in r.group.runs)
-        best = (NOT_ON_TEST, NOT_ON_TEST) if on_test else (None, None)
-        line += [best[0] or cell(r.success["best"], n, 100)]
+        line += [NOT_ON_TEST if on_test else cell(r.success["best"], n, 100)]
         if key:
-            line += [cell(r.score["final"], n, 1, 3), best[1] or cell(r.score["best"], n, 1, 3)]
+            best = NOT_ON_TEST if on_test else cell(r.score["best"], n, 1, 3)
+            line += [cell(r.score["final"], n, 1, 3), best]
         line += [f"{r.collapsed}/{n}", f"{r.warned}/{n}"]
         body.append((*line, *(cell(r.evaluated[name], n, 100) for name in names)))
     return Table(tuple(headers), tuple(body))
@@ -269,6 +270,7 @@ def evaluations_note(report: Report, env: str) -> Paragraph | None:
 
 CHANGE_HEADING = "Change over step 0 (same run, same held-out games)"
 VERSUS_HEADING = "Head to head (same seed, same held-out games)"
+TEST_HEADING = "Head to head on the test split (same seed, each run's end point, same test games)"
 
 
 def env_blocks(report: Report, env: str) -> list[Block]:
@@ -308,6 +310,7 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     for heading, table in (
         (CHANGE_HEADING, comparison_table(start_changes(groups), "Gained / lost")),
         (VERSUS_HEADING, comparison_table(versus, "Only A / only B won")),
+        (TEST_HEADING, comparison_table(end_point_comparisons(groups), "Only A / only B won")),
     ):
         if table is not None:
             blocks += [Heading(heading, 3), table]

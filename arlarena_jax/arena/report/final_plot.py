@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from arlarena_jax.arena.report.groups import Group
-from arlarena_jax.arena.report.plots import Metric, Plot, group_colours, slug
+from arlarena_jax.arena.report.plots import Metric, Plot, group_colours, slug, split_names
 from arlarena_jax.arena.report.table import SUCCESS_KEY, evaluation, logged_se
 from arlarena_jax.train.held_out import run_change
 
@@ -139,7 +139,8 @@ def plot_final(
     labels = [f"{g.label}\n(n={len(g.runs)})" for g in groups]
     _panel(axes[0], columns, "final", colours)
     _legend(axes[0], points)
-    _axes(axes[0], labels, f"{env}: final held-out success", "success (%) ± SE")
+    title = f"{env}: final held-out success ({split_names(groups)})"
+    _axes(axes[0], labels, title, "success (%) ± SE")
     if paired:
         _panel(axes[1], columns, "change", colours)
         axes[1].axhline(0.0, color="grey", lw=1)

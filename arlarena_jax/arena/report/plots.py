@@ -105,12 +105,18 @@ def group_colours(plt, n: int) -> list:
     return [*tab20[0::2], *tab20[1::2]]
 
 
-def _decorate(ax, env: str, metric: Metric, values: np.ndarray) -> None:
+def split_names(groups: Sequence[Group]) -> str:
+    """The evaluation splits of the groups' runs, e.g. ``validation`` or ``test, before the
+    protocol`` (an evaluated metric's title names them)."""
+    return " / ".join(sorted({run.split_label for g in groups for run in g.runs}))
+
+
+def _decorate(ax, title: str, metric: Metric, values: np.ndarray) -> None:
     """Title, labels, grid, legend; rates kept within 0-100 %, a wide positive range on a log
     scale."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.set(title=f"{env}: {metric.title}", xlabel="RL step", ylabel=metric.unit)
+    ax.set(title=title, xlabel="RL step", ylabel=metric.unit)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.grid(alpha=0.3)
     if metric.scale == 100.0:
@@ -145,7 +151,8 @@ def plot_metric(
     values = np.concatenate(drawn)
     values = values[np.isfinite(values)]
     if len(values):
-        _decorate(ax, env, metric, values)
+        split = f" ({split_names(groups)})" if metric.key.startswith("val/") else ""
+        _decorate(ax, f"{env}: {metric.title}{split}", metric, values)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, bbox_inches="tight")
     plt.close(fig)

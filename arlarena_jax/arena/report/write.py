@@ -10,6 +10,7 @@ from typing import Any
 
 from arlarena_jax.arena.report.comparison import Comparison, record
 from arlarena_jax.arena.report.document import document
+from arlarena_jax.arena.report.end_point import end_point_comparisons
 from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.html import data_uri, render_html
 from arlarena_jax.arena.report.markdown import render_markdown
@@ -85,6 +86,11 @@ def write_summary(report: Report, path: Path) -> None:
         ],
         "head_to_head_over_seeds": [
             r for env, groups in envs.items() for r in _records(env, comparisons(groups), True)
+        ],
+        "head_to_head_test": [
+            {"env": env, "label": c.label} | record(c)
+            for env, groups in envs.items()
+            for c in end_point_comparisons(groups)
         ],
         "change_over_start": [
             {"env": env, "label": c.label} | record(c)
