@@ -42,6 +42,7 @@ def test_done_jobs_are_kept_without_checkpoints(tmp_path):
     evaluation = runs / "sokoban" / "grpo_seed0" / "evaluations" / "long"
     evaluation.mkdir(parents=True)
     (evaluation / "metrics.json").write_text("{}")
+    (evaluation / "episodes.jsonl").write_text('{"seed": 1, "won": false}\n')
     jobs.write_state(evaluation, state="done")
 
     written = keep_results(runs, tmp_path / "kept")
@@ -53,10 +54,11 @@ def test_done_jobs_are_kept_without_checkpoints(tmp_path):
         "sokoban/grpo_seed0/tensorboard/events.out.tfevents.1.vm",
         "sokoban/grpo_seed0/held_out/step_000000.jsonl",
         "sokoban/grpo_seed0/evaluations/long/metrics.json",
+        "sokoban/grpo_seed0/evaluations/long/episodes.jsonl",
         "sokoban/grpo_seed0/evaluations/long/sweep_state.json",
     }
     keep_results(runs, tmp_path / "kept")  # again: the same files, replaced
-    assert len(files(tmp_path / "kept")) == 7
+    assert len(files(tmp_path / "kept")) == 8
 
 
 def test_bad_folders_are_named(tmp_path):

@@ -20,7 +20,7 @@ from arlarena_jax.arena import plan, spec
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.train import build
 from arlarena_jax.train.config_io import load_config
-from arlarena_jax.train.held_out import evaluated_steps, held_out_path, is_legacy, run_change
+from arlarena_jax.train.held_out import evaluated_steps, held_out_path, run_change, split_dir
 from envs import registry
 from envs.math.spec import carve_dev
 from envs.webshop.catalogue import load_catalogue
@@ -121,7 +121,8 @@ def test_held_out_files_name_their_split_and_old_runs_read_as_test(tmp_path):
         path = old / "held_out" / f"step_{step:06d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"seed": 1, "won": won, "return": 0.0}) + "\n")
-    assert is_legacy(old) and not is_legacy(new)
+    assert split_dir(old, "test") == old / "held_out"  # flat: read as the test split's
+    assert split_dir(new, "test") == new / "held_out" / "test"
     assert evaluated_steps(old, "test") == [0, 8] and evaluated_steps(old, "validation") == []
     assert run_change(old, "test").change == 1.0
 

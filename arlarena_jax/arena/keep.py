@@ -4,9 +4,9 @@ checkpoints, in a folder small enough to commit.
 A CPU sweep of a real model outlasts a session, and a session's machine may not keep its run
 directories. What a report needs of a done job is small: its ``config.yaml``, ``sweep_state.json``,
 ``final.json``, ``sweep.log``, its TensorBoard events, its per-episode held-out outcomes
-(``held_out/``) and its evaluations' ``metrics.json`` (tens of kB against gigabytes of
-checkpoints). This copies exactly those, for every job directory under
-``RUNS`` whose state is ``done``, to the same relative path under ``DEST``:
+(``held_out/``) and its evaluations' ``metrics.json`` and ``episodes.jsonl`` (tens of kB against
+gigabytes of checkpoints). This copies exactly those, for every job directory under ``RUNS``
+whose state is ``done``, to the same relative path under ``DEST``:
 
 - ``arlarena report DEST -o OUT`` reads the kept runs as it reads run directories;
 - copied back under the sweep's ``out`` (``cp -r DEST/. runs/sweeps/NAME/``) the kept runs read
@@ -23,12 +23,14 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from arlarena_jax.arena.evaluate import METRICS_FILE
+from arlarena_jax.arena.evaluate import EPISODES_FILE, METRICS_FILE
 from arlarena_jax.arena.jobs import STATE_FILE, read_state
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.held_out import HELD_OUT_DIR
 
-KEPT_FILES = ("config.yaml", STATE_FILE, "final.json", "sweep.log", METRICS_FILE)
+# an evaluation's metrics.json and its per-episode outcomes (episodes.jsonl: the test split's
+# paired comparisons at a protocol's end point)
+KEPT_FILES = ("config.yaml", STATE_FILE, "final.json", "sweep.log", METRICS_FILE, EPISODES_FILE)
 KEPT_DIRS = ("tensorboard", HELD_OUT_DIR)
 
 

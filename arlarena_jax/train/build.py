@@ -54,8 +54,8 @@ TINY_VOCAB = 512  # a built "tiny-<env>" tokenizer's corpus size is its spec's t
 # are split by these blocks; the others play their split's own tasks (EnvSpec.make_batch).
 DEMO_SEED_BASE = 2**30
 EVAL_SEED_BASE = 2**31 + 2**20
+# each block holds EVAL_BLOCK_SIZE seeds (train.config checks eval_seed + episodes against it)
 EVAL_SEED_BLOCKS = {"train": 2**29, "test": EVAL_SEED_BASE, "validation": 2**31 + 2**30}
-EVAL_BLOCK_SIZE = 2**29  # the smallest block: eval_seed + episodes must stay below it
 
 
 def env_spec(config: Config) -> EnvSpec:

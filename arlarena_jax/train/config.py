@@ -581,10 +581,13 @@ def check_numbers(config: Config) -> None:
             _fail(key, message)
 
 
+EVAL_BLOCK_SIZE = 2**29  # seeds in each split's evaluation block (train.build's seed ranges)
+
+
 def _at_most_block(key: str, end: int) -> None:
     """An evaluation's seeds stay inside their split's seed block (train.build's seed ranges:
     2^29 seeds each), so no two splits share a seed."""
-    if end > 2**29:
+    if end > EVAL_BLOCK_SIZE:
         _fail(key, f"the evaluation's seeds end at {end}, past its split's block of 2^29 seeds")
 
 

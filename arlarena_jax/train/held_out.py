@@ -66,12 +66,6 @@ def split_dir(run_dir: Path, split: str = "test") -> Path:
     return folder
 
 
-def is_legacy(run_dir: Path) -> bool:
-    """Whether the run kept its evaluations flat, before the splits existed (on the test games,
-    with choices read from them too)."""
-    return split_dir(run_dir, "test") == Path(run_dir) / HELD_OUT_DIR
-
-
 def held_out_path(run_dir: Path, step: int, split: str = "test") -> Path:
     """``held_out/<split>/step_NNNNNN.jsonl`` (see :func:`split_dir`)."""
     return split_dir(run_dir, split) / f"step_{step:06d}.jsonl"

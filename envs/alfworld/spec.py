@@ -80,25 +80,31 @@ def carve_validation(games: tuple[str, ...], folder: str, count: int) -> tuple[t
     )
 
 
-def games(env: Any, split: str) -> tuple[str, ...]:
-    """The game files of ``split`` (``train``, ``validation`` or ``test``, see module doc)."""
+def training_games(env: Any) -> dict[str, tuple[str, ...]]:
+    """The training folder's games, carved into ``train`` and ``validation`` (module doc)."""
     from envs.alfworld.data import JSON_DIR
 
-    if check_split(split) == "test":
-        return folder_games(env, env.alfworld.test_split)
     folder = str(Path(env.data_path or ".") / JSON_DIR / "train")
     train, validation = carve_validation(
         folder_games(env, "train"), folder, env.alfworld.validation_games
     )
-    return train if split == "train" else validation
+    return {"train": train, "validation": validation}
+
+
+def games(env: Any, split: str) -> tuple[str, ...]:
+    """The game files of ``split`` (``train``, ``validation`` or ``test``, see module doc)."""
+    if check_split(split) == "test":
+        return folder_games(env, env.alfworld.test_split)
+    return training_games(env)[split]
 
 
 def split_members(env: Any) -> dict[str, frozenset[str]]:
     """Each split's games, by their trial's task id and scene (``<task>/<trial>``): a trial
     found in two folders is one game in two splits."""
+    found = {**training_games(env), "test": games(env, "test")}
     return {
-        split: frozenset("/".join(Path(g).parts[-3:-1]) for g in games(env, split))
-        for split in ("train", "validation", "test")
+        split: frozenset("/".join(Path(g).parts[-3:-1]) for g in files)
+        for split, files in found.items()
     }
 
 

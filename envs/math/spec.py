@@ -124,22 +124,27 @@ def _hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def problems(env: Any, split: str) -> tuple:
-    """The problems of ``split``: ``test`` the reported files (``env.math.test_files``),
+def all_problems(env: Any) -> dict[str, tuple]:
+    """Every split's problems: ``test`` the reported files (``env.math.test_files``),
     ``validation`` the dev set carved from ``env.math.train_files``, ``train`` the rest."""
     m = env.math
-    if check_split(split) == "test":
-        return _load(env, m.test_files)
     train, dev = carve_dev(_load(env, m.train_files), m.validation_problems)
-    return train if split == "train" else dev
+    return {"train": train, "validation": dev, "test": _load(env, m.test_files)}
+
+
+def problems(env: Any, split: str) -> tuple:
+    """The problems of ``split`` (:func:`all_problems`; the test files alone for ``test``)."""
+    if check_split(split) == "test":
+        return _load(env, env.math.test_files)
+    return all_problems(env)[split]
 
 
 def split_members(env: Any) -> dict[str, frozenset[str]]:
     """Each split's problems by question (a test question also in the training files would
     overlap)."""
     return {
-        split: frozenset(question_key(p) for p in problems(env, split))
-        for split in ("train", "validation", "test")
+        split: frozenset(question_key(p) for p in found)
+        for split, found in all_problems(env).items()
     }
 
 
