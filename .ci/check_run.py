@@ -56,7 +56,7 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
         tag: sorted({e.step: e.value for e in acc.Scalars(tag)}.items())
         for tag in acc.Tags()["scalars"]
     }
-    for tag in ("sft/loss", "actor/pg_loss", "actor/grad_norm", "val/success_rate"):
+    for tag in ("sft/loss", "actor/pg_loss", "actor/grad_norm", "test/success_rate"):
         check(bool(scalars.get(tag)), f"TensorBoard has no {tag!r} scalars")
         check(all(np.isfinite(v) for _, v in scalars[tag]), f"a non-finite {tag!r} scalar")
     losses = [v for _, v in scalars["sft/loss"]]
@@ -73,8 +73,8 @@ def check_checkpoint(run_dir: Path, total_steps: int, final_success: float, eval
         f"checkpoint step {total_steps}," in eval_log,
         f"arlarena eval did not restore checkpoint step {total_steps}",
     )
-    found = re.search(r"val/success_rate\s+([0-9.]+)", eval_log)
-    check(found is not None, "arlarena eval printed no val/success_rate")
+    found = re.search(r"test/success_rate\s+([0-9.]+)", eval_log)
+    check(found is not None, "arlarena eval printed no test/success_rate")
     check(
         abs(float(found.group(1)) - final_success) < 1e-4,
         f"arlarena eval measured {found.group(1)}, the run's final evaluation {final_success}",
@@ -130,7 +130,7 @@ def main(run_dir: str, demos: str, eval_log: str) -> int:
     scalars = tensorboard_scalars(run)
     total = config.trainer.total_steps
     check([s for s, _ in scalars["actor/pg_loss"]] == list(range(1, total + 1)), "RL steps")
-    final_success = scalars["val/success_rate"][-1][1]
+    final_success = scalars["test/success_rate"][-1][1]
     check_checkpoint(run, total, final_success, Path(eval_log).read_text())
     prompts = [json.loads(line)["prompt"] for line in Path(demos).read_text().splitlines()][:4]
     check(len(prompts) == 4, f"{demos} holds {len(prompts)} expert turns, want at least 4")

@@ -55,7 +55,7 @@ def test_alfworld_run_clones_trains_and_evaluates(alfworld_data_root, tmp_path):
     table = summary_table(summary)
     assert all(key.removeprefix("val/") in table for key in per_task)
     scalars = read_scalars(tmp_path / "tensorboard")
-    assert "sft/loss" in scalars and "val/success_rate" in scalars
+    assert "sft/loss" in scalars and "test/success_rate" in scalars
 
 
 @pytest.mark.parametrize(

@@ -96,11 +96,11 @@ def test_math_run_clones_trains_and_evaluates(tmp_path, capsys):
     assert 0.0 <= final["val/aime2024/avg_at_1"] <= 1.0
     assert {"val/use_code", "val/void_turn", "val/turns"} <= set(final)
     scalars = read_scalars(tmp_path / "tensorboard")
-    assert "val/aime2024/avg_at_1" in scalars and "sft/loss" in scalars
+    assert "test/aime2024/avg_at_1" in scalars and "sft/loss" in scalars
     episodes = tmp_path / "episodes.jsonl"
     assert main(["eval", CONFIG, *small(tmp_path), "--episodes-out", str(episodes)]) == 0
     out = capsys.readouterr().out
-    assert "30 episodes of the test split" in out and "val/aime2024/avg_at_1" in out
+    assert "30 episodes of the test split" in out and "test/aime2024/avg_at_1" in out
     values = [float(line.split()[-1]) for line in out.splitlines() if "avg_at_1" in line]
     assert np.isclose(values[0], final["val/aime2024/avg_at_1"])
     # the same parameters play the same 30 problems alike: per episode, as the run's last

@@ -383,6 +383,6 @@ def test_a_step_stopped_during_its_evaluation_is_evaluated_on_the_next_start(
     whole = tmp_path / "whole"
     assert train(config("whole"), console=False).stopped is None
     assert read_records(held_out_path(stopped, 1)) == read_records(held_out_path(whole, 1))
-    val = lambda run_dir: read_scalars(run_dir / "tensorboard")["val/success_rate"]  # noqa: E731
+    val = lambda run_dir: read_scalars(run_dir / "tensorboard")["test/success_rate"]  # noqa: E731
     assert [s for s, _ in val(stopped)] == [s for s, _ in val(whole)]
     assert dict(val(stopped))[1] == dict(val(whole))[1]

@@ -163,7 +163,8 @@ def test_a_protocol_evaluates_on_validation_and_tests_each_final_policy_once(tmp
 def test_a_run_evaluating_on_validation_keeps_its_outcomes_under_that_split(tmp_path):
     """A tiny Sokoban run (no cloning, no RL: the step-0 evaluation only) with
     ``trainer.eval_split=validation`` plays the validation seeds and writes
-    ``held_out/validation/step_000000.jsonl``, nothing under the test split."""
+    ``held_out/validation/step_000000.jsonl``, nothing under the test split; its TensorBoard
+    tags name the split (``validation/success_rate``)."""
     from arlarena_jax.train.held_out import read_records
     from arlarena_jax.train.loop import train
 
@@ -182,6 +183,10 @@ def test_a_run_evaluating_on_validation_keeps_its_outcomes_under_that_split(tmp_
     records = read_records(held_out_path(tmp_path, 0, "validation"))
     assert [r["seed"] for r in records] == build.eval_seeds(config, "validation")
     assert evaluated_steps(tmp_path, "test") == []
+    from arlarena_jax.train.metrics import read_scalars
+
+    tags = read_scalars(tmp_path / "tensorboard")
+    assert "validation/success_rate" in tags and not any(t.startswith("val/") for t in tags)
 
 
 def test_a_search_protocol_runs_no_test_evaluation(tmp_path):
@@ -189,3 +194,16 @@ def test_a_search_protocol_runs_no_test_evaluation(tmp_path):
     assert sweep.evaluate_on == {} and sweep.overrides["trainer.eval_split"] == "validation"
     with pytest.raises(ConfigError, match=r"'protocol\.end_point': final .* or none"):
         spec.load_sweep(_sweep(tmp_path, "seeds: [0]\nprotocol: {end_point: best}\n"))
+
+
+@given(st.sampled_from(registry.SPLITS), st.from_regex(r"[a-z_/]{1,20}", fullmatch=True))
+def test_evaluation_tags_name_their_split_and_read_back(split, name):
+    """An evaluation metric ``val/x`` is logged as ``<split>/x`` and read back as ``val/x``; any
+    other tag passes both ways unchanged."""
+    from arlarena_jax.train.metrics import evaluation_key, split_tag
+
+    assert split_tag(f"val/{name}", split) == f"{split}/{name}"
+    assert evaluation_key(split_tag(f"val/{name}", split), split) == f"val/{name}"
+    assert split_tag(f"actor/{name}", split) == f"actor/{name}"
+    assert evaluation_key(f"actor/{name}", split) == f"actor/{name}"
+    assert split_tag(f"val/{name}", None) == f"val/{name}"  # no split: as before

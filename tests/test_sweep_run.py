@@ -69,7 +69,7 @@ def step0_success(run_dir: Path) -> float:
 
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
-    return next(e.value for e in events.Scalars("val/success_rate") if e.step == 0)
+    return next(e.value for e in events.Scalars("test/success_rate") if e.step == 0)
 
 
 def test_a_sweep_clones_once_is_stopped_and_resumes(tmp_path):

@@ -89,7 +89,7 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
         assert row["timing/total"] == pytest.approx(sum(row[f"timing/{k}"] for k in top))
     scalars = read_scalars(directory / "tensorboard")
     assert [s for s, _ in scalars["actor/pg_loss"]] == [1, 2, 3]
-    assert "sft/loss" in scalars and "val/success_rate" in scalars
+    assert "sft/loss" in scalars and "test/success_rate" in scalars
     assert (
         sorted(p.name for p in (directory / "checkpoints").iterdir() if p.name.isdigit())[-1] == "3"
     )
@@ -103,7 +103,7 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
         episodes = read_records(held_out_path(directory, step))
         assert len({e["seed"] for e in episodes}) == len(episodes) == 4
         won = sum(e["won"] for e in episodes) / 4
-        assert won == pytest.approx(dict(scalars["val/success_rate"])[step], abs=1e-6)
+        assert won == pytest.approx(dict(scalars["test/success_rate"])[step], abs=1e-6)
     assert "change over the start (paired)" in summary_table(summary)
 
 

@@ -54,7 +54,7 @@ def test_webshop_run_clones_trains_and_evaluates(tmp_path):
     assert "held-out mean task score (x100)" in summary_table(summary)
     scalars = read_scalars(tmp_path / "tensorboard")
     # TensorBoard tags replace the characters it rejects by "_" (arlarena_jax/train/metrics.py)
-    assert "sft/loss" in scalars and "val/webshop_task_score__not_success_rate_" in scalars
+    assert "sft/loss" in scalars and "test/webshop_task_score__not_success_rate_" in scalars
 
 
 @pytest.mark.parametrize(

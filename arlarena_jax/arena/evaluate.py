@@ -159,7 +159,9 @@ def evaluate_run(run_dir: Path, name: str, overrides: list[str]) -> dict[str, An
 
 
 def eval_run_command(args: argparse.Namespace) -> int:
-    """Run :func:`evaluate_run` and print its metrics."""
+    """Run :func:`evaluate_run` and print its metrics (named by the split they played)."""
+    from arlarena_jax.train.metrics import split_tag
+
     run_dir = Path(args.run_dir)
     args.run_dir = str(run_dir / EVALUATIONS_DIR / args.name)  # the error boundary's log
     record = evaluate_run(run_dir, args.name, list(args.overrides))
@@ -169,7 +171,7 @@ def eval_run_command(args: argparse.Namespace) -> int:
         f"{record['split']} split:"
     )
     for key, value in record["metrics"].items():
-        print(f"  {key:<40} {value:.4f}")
+        print(f"  {split_tag(key, record['split']):<40} {value:.4f}")
     print(f"wrote {run_dir / EVALUATIONS_DIR / args.name / METRICS_FILE}")
     return 0
 

@@ -171,11 +171,12 @@ def eval_command(args: argparse.Namespace) -> int:
         metrics, rollout = run.evaluate_rollout()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     from arlarena_jax.train.build import eval_episodes
+    from arlarena_jax.train.metrics import split_tag
 
     split = config.trainer.eval_split
     print(f"{where}, {eval_episodes(config)} episodes of the {split} split:")
     for key, value in sorted(metrics.items()):
-        print(f"  {key:<40} {value:.4f}")
+        print(f"  {split_tag(key, split):<40} {value:.4f}")
     if getattr(args, "episodes_out", None):
         from arlarena_jax.train.held_out import write_records
 

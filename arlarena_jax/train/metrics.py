@@ -69,11 +69,35 @@ def reduce_micro_batch_metrics(
 _WRITER_NUMBERS = itertools.count()
 
 
-class MetricsWriter:
-    """Scalars and text into TensorBoard event files under ``log_dir`` (tensorboardX)."""
+EVAL_PREFIX = "val/"  # an evaluation's metrics in memory (verl's names); written under its split
 
-    def __init__(self, log_dir: str | Path, *, flush_secs: int = 30) -> None:
+
+def split_tag(key: str, split: str | None) -> str:
+    """The tag an evaluation metric is written as: ``val/x`` → ``<split>/x`` (``test/success_
+    rate``, ``validation/success_rate``), so every logged evaluation names its split; any other
+    key, or no split, unchanged."""
+    if split and key.startswith(EVAL_PREFIX):
+        return f"{split}/{key[len(EVAL_PREFIX) :]}"
+    return key
+
+
+def evaluation_key(tag: str, split: str | None) -> str:
+    """:func:`split_tag` undone: ``<split>/x`` → ``val/x`` (a run's evaluation metrics under one
+    name whatever its split; runs from before the splits logged ``val/x`` itself)."""
+    if split and tag.startswith(f"{split}/"):
+        return EVAL_PREFIX + tag[len(split) + 1 :]
+    return tag
+
+
+class MetricsWriter:
+    """Scalars and text into TensorBoard event files under ``log_dir`` (tensorboardX); the
+    evaluation's ``val/…`` metrics are written as ``<eval_split>/…`` (:func:`split_tag`)."""
+
+    def __init__(
+        self, log_dir: str | Path, *, flush_secs: int = 30, eval_split: str | None = None
+    ) -> None:
         self.log_dir = Path(log_dir)
+        self.eval_split = eval_split
         # a file of its own, even when another writer starts in the same second (a resume right
         # after a crash): tensorboardX names files by the second and host, and truncates
         suffix = f".{os.getpid()}.{next(_WRITER_NUMBERS)}"
@@ -99,7 +123,7 @@ class MetricsWriter:
                     log.warning("metric %s is %s at step %d; not written", key, number, step)
                 self.nonfinite[key] += 1
                 continue
-            self._writer.add_scalar(key, number, global_step=int(step))
+            self._writer.add_scalar(split_tag(key, self.eval_split), number, global_step=int(step))
             written += 1
         return written
 

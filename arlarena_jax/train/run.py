@@ -362,7 +362,11 @@ class Run:
     def writer(self) -> MetricsWriter:
         if self._writer is None:
             self._writer = self._closing.enter_context(
-                contextlib.closing(MetricsWriter(self.run_dir / "tensorboard"))
+                contextlib.closing(
+                    MetricsWriter(
+                        self.run_dir / "tensorboard", eval_split=self.config.trainer.eval_split
+                    )
+                )
             )
         return self._writer
 

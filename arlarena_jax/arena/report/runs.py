@@ -1,7 +1,8 @@
 """Find run directories and read one: its config, its logged metrics and its sweep state.
 
 A run directory holds ``config.yaml`` (the resolved training config) and ``tensorboard/`` (event
-files). The paths given may be run directories or any folder above them. The sweep state is
+files; a run's evaluation metrics, logged as ``<trainer.eval_split>/…``, read back as ``val/…``).
+The paths given may be run directories or any folder above them. The sweep state is
 ``sweep_state.json`` (``{"state": ..., "error": ...}``, written by the sweep's job wrapper);
 without it the state is ``unknown``. Evaluations of the run's final policy under other settings
 (``arlarena eval-run``, a sweep's ``evaluate_on``) are ``evaluations/<name>/metrics.json``.
@@ -20,6 +21,7 @@ import yaml
 from arlarena_jax.arena.evaluate import read_evaluations
 from arlarena_jax.arena.report.events import EventLog, Series, TextEvent, read_events
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.metrics import evaluation_key
 
 CONFIG_FILE, LOG_DIR, STATE_FILE = "config.yaml", "tensorboard", "sweep_state.json"
 NOT_TRAINING = ("sft/", "val/", "timing/sft")  # tag prefixes that are no RL step's metrics
@@ -134,7 +136,9 @@ def load_run(path: Path) -> Run:
     log: EventLog = read_events(path / LOG_DIR)
     state, error = read_state(path)
     config = read_config(path)
-    return Run(path, config, log.scalars, log.texts, state, error, read_evaluations(path))
+    split = (config.get("trainer") or {}).get("eval_split")
+    scalars = {evaluation_key(tag, split): series for tag, series in log.scalars.items()}
+    return Run(path, config, scalars, log.texts, state, error, read_evaluations(path))
 
 
 def load_runs(paths: Iterable[Path]) -> list[Run]:
