@@ -152,24 +152,39 @@ def spec_game(alfworld_problems, tmp_path_factory):
     return record
 
 
+# The training folder's trials (task type: indices among valid_seen's candidate trials of that
+# type; index 0 is the test folder's): a 5-command walkthrough (pick_and_place_simple #3) keeps a
+# won demonstration within the tests' 6 turns after env.alfworld.validation_games=1 carves one
+# game (the lowest path hash: pick_and_place_simple #1) out as validation.
+ALFWORLD_TRAIN_PICKS = {
+    "pick_and_place_simple": (1, 3),
+    "look_at_obj_in_light": (3,),
+    "pick_cool_then_place_in_recep": (1,),
+    "pick_heat_then_place_in_recep": (1,),
+    "pick_two_obj_and_place": (1,),
+}
+
+
 @pytest.fixture(scope="session")
 def alfworld_data_root(alfworld_problems, tmp_path_factory):
     """A data root (``env.data_path``) with the first candidate trial of every task type of
-    valid_seen built into ``json_2.1.1/valid_seen`` and copied as ``json_2.1.1/train``."""
+    valid_seen built into ``json_2.1.1/valid_seen`` (the test split) and six other trials
+    (:data:`ALFWORLD_TRAIN_PICKS`) into ``json_2.1.1/train``: disjoint splits, as a training run
+    requires."""
     from envs.alfworld.data import find_trials, task_type_of
     from envs.alfworld.games import build_trials
 
     def build(root):
-        first = {}
-        for trial in find_trials(alfworld_problems / "valid_seen"):
-            first.setdefault(task_type_of(trial), trial)
-        split = root / "json_2.1.1" / "valid_seen"
-        pairs = [
-            (t, split / t.relative_to(alfworld_problems / "valid_seen")) for t in first.values()
-        ]
+        source = alfworld_problems / "valid_seen"
+        by_type: dict[str, list] = {}
+        for trial in find_trials(source):
+            by_type.setdefault(task_type_of(trial), []).append(trial)
+        chosen = [("valid_seen", trials[0]) for trials in by_type.values()]
+        chosen += [("train", by_type[t][i]) for t, ix in ALFWORLD_TRAIN_PICKS.items() for i in ix]
+        pairs = [(t, root / "json_2.1.1" / f / t.relative_to(source)) for f, t in chosen]
         records = build_trials(pairs, workers=2)
-        assert len(records) == 6 and sum(r.solvable for r in records) >= 5, records
-        shutil.copytree(split, root / "json_2.1.1" / "train")
+        assert len(records) == 12 and sum(r.solvable for r in records[:6]) >= 5, records
+        assert all(r.solvable for r in records[6:]), records[6:]
 
     return built_once(tmp_path_factory, "alfworld_root", build)
 

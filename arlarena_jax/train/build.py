@@ -80,7 +80,13 @@ def check_data(config: Config, *, training: bool = True) -> None:
     spec.task_format(config.env)
     spec.check_data(config.env, training or config.model.tokenizer == f"tiny-{spec.name}")
     if training:
-        registry.check_disjoint(spec, config.env)
+        check_splits_disjoint(config)
+
+
+def check_splits_disjoint(config: Config) -> None:
+    """A one-line ConfigError when two of the environment's splits share an episode
+    (:func:`envs.registry.check_disjoint`)."""
+    registry.check_disjoint(env_spec(config), config.env)
 
 
 def make_envs(config: Config, num_envs: int, split: str = "train") -> EnvBatch:

@@ -40,6 +40,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.held_out import describe, run_change
@@ -55,6 +56,7 @@ def train(config: Config, *, console: bool = True, guard: Any = None) -> Summary
     finished = complete_summary(config)  # a complete run started again: nothing to do
     if finished is not None:
         return finished
+    build.check_splits_disjoint(config)  # the CLI checked it already; a library caller too
     own = PreemptionGuard(sigint=True) if guard is None else contextlib.nullcontext(guard)
     with own as guard, Run(config, console=console, guard=guard) as run:
         try:
