@@ -3,8 +3,8 @@ step (issue 64: "one resolution").
 
 Runs ``arlarena train CONFIG OVERRIDES...`` in this process under a profiler that counts every
 call into a function of ``arlarena_jax/train/config.py`` (and of the modules named by
-``--module``) from code outside them, and stops the run as the first RL step begins. Prints the total, the calls per
-function, and how many times the config was resolved and validated.
+``--module``) from code outside them, and stops the run as the first RL step begins. Prints the
+total, the entries per function, and how many times the config was resolved and validated.
 
     python tools/config_entries.py                 # the main job, its cloning cut to 2 steps
     python tools/config_entries.py configs/textworld/smollm2_base.yaml env.textworld.train_games=2
@@ -32,7 +32,8 @@ class FirstStep(BaseException):
 
 
 def count_entries(argv: list[str], modules: list[str]) -> collections.Counter:
-    """Entries (calls from outside the modules) per ``module:function`` while ``arlarena`` runs ``argv``, up to the first RL step."""
+    """Entries (calls from outside ``modules``) per ``module:function`` while ``arlarena``
+    runs ``argv``, up to the first RL step."""
     from arlarena_jax.cli import main
 
     counts: collections.Counter = collections.Counter()
