@@ -1,6 +1,7 @@
 """Qwen2 / Qwen2.5 / Qwen3 / Llama policies in Flax NNX with Hugging Face checkpoints in and out."""
 
 from arlarena_jax.models.config import PRESETS, DecoderConfig, QwenConfig, preset
+from arlarena_jax.models.families import ModelFamily, register_family
 from arlarena_jax.models.hf_io import (
     load_pretrained,
     load_state_dict,
@@ -16,6 +17,7 @@ __all__ = [
     "PRESETS",
     "DecoderConfig",
     "DecoderForCausalLM",
+    "ModelFamily",
     "QwenConfig",
     "QwenForCausalLM",
     "TokenStats",
@@ -24,6 +26,7 @@ __all__ = [
     "make_mesh",
     "parameter_spec",
     "preset",
+    "register_family",
     "response_log_probs",
     "save_generation_config",
     "save_pretrained",

@@ -34,13 +34,13 @@ def fetch_command(args: argparse.Namespace) -> int:
 
 def add_command(commands) -> None:
     """Register ``arlarena model`` and its subcommands."""
+    from arlarena_jax.models.families import gguf_architectures
     from arlarena_jax.models.fetch import EMBEDDED
 
     model = commands.add_parser("model", help="import a GGUF file or fetch the embedded model")
     sub = model.add_subparsers(dest="model_command", required=True)
-    imp = sub.add_parser(
-        "import", help="convert a llama/qwen2/qwen3 GGUF into a Hugging Face directory"
-    )
+    kinds = "/".join(gguf_architectures())
+    imp = sub.add_parser("import", help=f"convert a {kinds} GGUF into a Hugging Face directory")
     imp.add_argument("gguf", help="the .gguf file")
     imp.add_argument("out", help="output directory (config.json, model.safetensors, tokenizer)")
     imp.set_defaults(handler=import_command)

@@ -2,7 +2,8 @@
 ``config.json``.
 
 One decoder; the model types differ only in what this config declares (:attr:`qkv_bias`,
-:attr:`o_bias`, :attr:`qk_norm`, :attr:`mlp_bias`, ``tie_word_embeddings``):
+:attr:`o_bias`, :attr:`qk_norm`, :attr:`mlp_bias`, ``tie_word_embeddings``), resolved from the
+family ``model_type`` names (:mod:`arlarena_jax.models.families`, where each family is declared):
 
 * ``qwen2`` (Qwen2, Qwen2.5): bias on q/k/v, none on o, no q/k norm.
 * ``qwen3``: RMSNorm on queries and keys per head, an explicit ``head_dim`` and
@@ -18,23 +19,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.models import families
+from arlarena_jax.models.families import ModelFamily
 from arlarena_jax.models.rope import ROPE_TYPES, check_rope_scaling, rope_type_of
 
-MODEL_TYPES = ("qwen2", "qwen3", "llama")
-# The transformers class name prefix of each model type (``LlamaForCausalLM``, ...).
-ARCHITECTURE_PREFIX = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama"}
-# transformers' defaults for keys a config.json may leave out (old Llama 2 files have no
-# rope_theta); the dataclass defaults are Qwen3's.
-HF_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {
-        "rope_theta": 10000.0,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False,
-        "max_position_embeddings": 2048,
-    },
-}
 __all__ = [
-    "MODEL_TYPES",
     "PRESETS",
     "ROPE_TYPES",
     "DecoderConfig",
@@ -65,10 +54,12 @@ class QwenConfig:
     mlp_bias: bool = False
 
     def __post_init__(self) -> None:
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(f"model_type {self.model_type!r} is not supported; {MODEL_TYPES}")
-        if self.mlp_bias and self.model_type != "llama":
-            raise ValueError(f"mlp_bias is a llama option; {self.model_type} has no MLP bias")
+        declared = families.family(self.model_type)
+        if self.mlp_bias and not declared.mlp_bias_key:
+            options = ", ".join(
+                n for n in families.family_names() if families.family(n).mlp_bias_key
+            )
+            raise ValueError(f"mlp_bias is a {options} option; {self.model_type} has no MLP bias")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -82,35 +73,40 @@ class QwenConfig:
         return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
     @property
+    def family(self) -> ModelFamily:
+        """The declared family of :attr:`model_type` (:mod:`arlarena_jax.models.families`)."""
+        return families.family(self.model_type)
+
+    @property
     def qkv_bias(self) -> bool:
-        """Qwen2 always has q/k/v bias; Qwen3 and Llama follow ``attention_bias``."""
-        return self.model_type == "qwen2" or self.attention_bias
+        """Bias on q/k/v: the family's (Qwen2: always), else ``attention_bias``."""
+        fixed = self.family.qkv_bias
+        return self.attention_bias if fixed is None else fixed
 
     @property
     def o_bias(self) -> bool:
-        """Qwen3 and Llama follow ``attention_bias``; Qwen2 has none."""
-        return self.model_type != "qwen2" and self.attention_bias
+        """Bias on o: the family's (Qwen2: never), else ``attention_bias``."""
+        fixed = self.family.o_bias
+        return self.attention_bias if fixed is None else fixed
 
     @property
     def qk_norm(self) -> bool:
-        """Per-head RMSNorm on queries and keys: Qwen3 only."""
-        return self.model_type == "qwen3"
+        """Per-head RMSNorm on queries and keys (the family's: Qwen3)."""
+        return self.family.qk_norm
 
     @classmethod
     def from_hf_dict(cls, raw: dict[str, Any]) -> QwenConfig:
         """Build from the dict of a Hugging Face ``config.json`` (unknown keys are ignored)."""
-        model_type = raw.get("model_type")
-        if model_type not in MODEL_TYPES:
-            raise ValueError(
-                f"config.json model_type {model_type!r} is not a supported decoder "
-                f"({', '.join(MODEL_TYPES)})"
-            )
+        try:
+            declared = families.family(raw.get("model_type"))
+        except ValueError as error:
+            raise ValueError(f"config.json {error}") from None
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError(
                 f"config.json hidden_act {raw['hidden_act']!r} is not supported (silu only)"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        raw = HF_DEFAULTS.get(model_type, {}) | {k: v for k, v in raw.items() if v is not None}
+        raw = dict(declared.hf_defaults) | {k: v for k, v in raw.items() if v is not None}
         values = {k: v for k, v in raw.items() if k in names}
         if "head_dim" not in raw:
             values["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
@@ -146,11 +142,11 @@ class QwenConfig:
     def to_hf_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict that ``transformers`` reads back into the same model."""
         out = dataclasses.asdict(self)
-        out["architectures"] = [f"{ARCHITECTURE_PREFIX[self.model_type]}ForCausalLM"]
+        out["architectures"] = [self.family.causal_lm_architecture()]
         out["hidden_act"] = "silu"
-        if self.model_type == "qwen2":
+        if not self.family.attention_bias_key:
             out.pop("attention_bias")
-        if self.model_type != "llama":
+        if not self.family.mlp_bias_key:
             out.pop("mlp_bias")
         return out
 

@@ -1,6 +1,7 @@
 """GGUF files (llama.cpp's format) into Hugging Face model directories.
 
-:func:`import_gguf` reads a ``llama``, ``qwen2`` or ``qwen3`` GGUF and writes ``config.json``,
+:func:`import_gguf` reads a GGUF of a registered family (``llama``, ``qwen2``, ``qwen3``:
+:attr:`~arlarena_jax.models.families.ModelFamily.gguf_architecture`) and writes ``config.json``,
 ``model.safetensors`` (every tensor float32: quantized ones are dequantized by ``gguf``'s own
 ``gguf.quants.dequantize``), ``generation_config.json`` and the tokenizer built from the file's
 vocabulary, merges and chat template (:mod:`arlarena_jax.tokenization.gguf_tokenizer`).
@@ -10,7 +11,8 @@ Two differences from a Hugging Face checkpoint are undone here:
 * tensor names: llama.cpp's ``blk.N.attn_q.weight`` is ``model.layers.N.self_attn.q_proj.weight``;
 * llama.cpp's converter permutes the rows of the query and key projections of ``llama`` models
   (each head's two rotary halves interleaved, for its own rotary kernel), not of ``qwen2`` or
-  ``qwen3``; :func:`unpermute_rows` restores Hugging Face's order.
+  ``qwen3`` (the family's ``gguf_permuted_qk``); :func:`unpermute_rows` restores Hugging Face's
+  order.
 
 An architecture, tensor type or tensor this decoder cannot use is one ``ValueError`` line naming it.
 """
@@ -24,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+from arlarena_jax.models.families import (
+    GGUF_GLOBAL_TENSORS,
+    GGUF_LAYER_TENSORS,
+    ModelFamily,
+    family_of_gguf,
+)
+
 # Tensor types ``gguf.quants.dequantize`` turns into float32 (the K-quants included).
 SUPPORTED_TYPES = (
     "F32",
@@ -41,25 +49,6 @@ SUPPORTED_TYPES = (
     "Q5_K",
     "Q6_K",
 )
-# llama.cpp's tensor names (after ``blk.N.``) → Hugging Face's (after ``model.layers.N.``).
-LAYER_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -81,23 +70,22 @@ def metadata(reader) -> dict[str, Any]:
 
 
 def architecture(meta: dict[str, Any]) -> str:
-    """``general.architecture``, if it is one this decoder runs."""
-    arch = meta.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise ValueError(
-            f"GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
-        )
-    return arch
+    """``general.architecture``, if a registered family declares it
+    (:attr:`~arlarena_jax.models.families.ModelFamily.gguf_architecture`)."""
+    return family_of_gguf(meta.get("general.architecture")).gguf_architecture
 
 
-def hf_name(gguf_name: str) -> str:
-    """The Hugging Face name of a llama.cpp tensor name; an unknown one is an error."""
-    if gguf_name in GLOBAL_TENSORS:
-        return GLOBAL_TENSORS[gguf_name]
+def hf_name(gguf_name: str, declared: ModelFamily | None = None) -> str:
+    """The Hugging Face name of a llama.cpp tensor name (by ``declared``'s GGUF tensor map, the
+    shared one without); an unknown one is an error."""
+    layers = GGUF_LAYER_TENSORS if declared is None else declared.gguf_layer_tensors
+    globals_ = GGUF_GLOBAL_TENSORS if declared is None else declared.gguf_global_tensors
+    if gguf_name in globals_:
+        return globals_[gguf_name]
     match = _LAYER_NAME.fullmatch(gguf_name)
-    if match is None or match[2] not in LAYER_TENSORS:
+    if match is None or match[2] not in layers:
         raise ValueError(f"GGUF tensor {gguf_name!r} has no counterpart in this decoder")
-    return f"model.layers.{match[1]}.{LAYER_TENSORS[match[2]]}.{match[3]}"
+    return f"model.layers.{match[1]}.{layers[match[2]]}.{match[3]}"
 
 
 def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
@@ -126,7 +114,9 @@ def dequantized(tensor) -> np.ndarray:
 
 
 def read_tensors(reader, arch: str, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every tensor under its Hugging Face name, dequantized, llama's q/k rows restored."""
+    """Every tensor under its Hugging Face name, dequantized, the q/k rows restored where the
+    family of GGUF architecture ``arch`` says llama.cpp permuted them (llama)."""
+    declared = family_of_gguf(arch)
     tensors = {}
     for tensor in reader.tensors:
         if tensor.name == "rope_freqs.weight":
@@ -134,11 +124,11 @@ def read_tensors(reader, arch: str, config: dict[str, Any]) -> dict[str, np.ndar
                 "GGUF tensor 'rope_freqs.weight' (per-frequency rope factors, e.g. Llama 3.1's "
                 "rope scaling) is not supported"
             )
-        name = hf_name(tensor.name)
+        name = hf_name(tensor.name, declared)
         values = dequantized(tensor)
-        if arch == "llama" and ".attn_q." in tensor.name:
+        if declared.gguf_permuted_qk and ".attn_q." in tensor.name:
             values = unpermute_rows(values, config["num_attention_heads"])
-        elif arch == "llama" and ".attn_k." in tensor.name:
+        elif declared.gguf_permuted_qk and ".attn_k." in tensor.name:
             values = unpermute_rows(values, config["num_key_value_heads"])
         tensors[name] = values
     return tensors
@@ -169,7 +159,8 @@ def _f32(value: Any) -> float:
 
 def hf_config(meta: dict[str, Any], tensor_names: set[str]) -> dict[str, Any]:
     """The ``config.json`` dict of the model a GGUF's metadata and tensor names describe."""
-    arch = architecture(meta)
+    declared = family_of_gguf(meta.get("general.architecture"))
+    arch = declared.gguf_architecture
 
     def key(name: str, default: Any = None) -> Any:
         value = meta.get(f"{arch}.{name}", default)
@@ -181,7 +172,7 @@ def hf_config(meta: dict[str, Any], tensor_names: set[str]) -> dict[str, Any]:
     head_dim = meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count")
     vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens") or ())
     config = {
-        "model_type": arch,
+        "model_type": declared.name,
         "vocab_size": int(vocab or key("vocab_size")),
         "hidden_size": hidden,
         "intermediate_size": int(key("feed_forward_length")),
@@ -195,10 +186,12 @@ def hf_config(meta: dict[str, Any], tensor_names: set[str]) -> dict[str, Any]:
         "max_position_embeddings": int(key("context_length")),
         "tie_word_embeddings": "output.weight" not in tensor_names,
     }
-    if arch != "qwen2":  # qwen2's q/k/v bias is implied by its model type
-        biases = ("attn_q", "attn_output")
+    if declared.attention_bias_key:  # qwen2's q/k/v bias is implied by its model type
+        # the biases attention_bias sets (the family fixes the others)
+        free = (("attn_q", declared.qkv_bias), ("attn_output", declared.o_bias))
+        biases = [name for name, fixed in free if fixed is None]
         config["attention_bias"] = any(f"blk.0.{n}.bias" in tensor_names for n in biases)
-    if arch == "llama":
+    if declared.mlp_bias_key:
         config["mlp_bias"] = "blk.0.ffn_gate.bias" in tensor_names
     return config
 
@@ -216,7 +209,7 @@ def import_gguf(path: str | Path, out: str | Path) -> Path:
     raw = hf_config(meta, {t.name for t in reader.tensors})
     config = QwenConfig.from_hf_dict(raw)  # checks the shape before any tensor is read
     tokenizer = gguf_tokenizer(meta)
-    tensors = read_tensors(reader, raw["model_type"], raw)
+    tensors = read_tensors(reader, architecture(meta), raw)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ids = special_ids(meta)

@@ -30,36 +30,11 @@ SAFETENSORS_SINGLE = "model.safetensors"
 
 
 def tensor_layout(config: QwenConfig) -> Iterator[tuple[str, tuple[str | int, ...], bool]]:
-    """(HF tensor name, attribute path in :class:`QwenForCausalLM`, transposed) for each tensor."""
-    yield "model.embed_tokens.weight", ("model", "embed_tokens", "embedding"), False
-    for i in range(config.num_hidden_layers):
-        layer = ("model", "layers", i)
-        prefix = f"model.layers.{i}"
-        for proj, bias in (
-            ("q_proj", config.qkv_bias),
-            ("k_proj", config.qkv_bias),
-            ("v_proj", config.qkv_bias),
-            ("o_proj", config.o_bias),
-        ):
-            yield f"{prefix}.self_attn.{proj}.weight", (*layer, "self_attn", proj, "kernel"), True
-            if bias:
-                yield f"{prefix}.self_attn.{proj}.bias", (*layer, "self_attn", proj, "bias"), False
-        if config.qk_norm:
-            for norm in ("q_norm", "k_norm"):
-                yield (
-                    f"{prefix}.self_attn.{norm}.weight",
-                    (*layer, "self_attn", norm, "weight"),
-                    False,
-                )
-        for proj in ("gate_proj", "up_proj", "down_proj"):
-            yield f"{prefix}.mlp.{proj}.weight", (*layer, "mlp", proj, "kernel"), True
-            if config.mlp_bias:
-                yield f"{prefix}.mlp.{proj}.bias", (*layer, "mlp", proj, "bias"), False
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            yield f"{prefix}.{norm}.weight", (*layer, norm, "weight"), False
-    yield "model.norm.weight", ("model", "norm", "weight"), False
-    if not config.tie_word_embeddings:
-        yield "lm_head.weight", ("lm_head", "kernel"), True
+    """(HF tensor name, attribute path in :class:`QwenForCausalLM`, transposed) for each tensor,
+    as the config's family declares them
+    (:meth:`~arlarena_jax.models.families.ModelFamily.tensors`)."""
+    for tensor in config.family.tensors(config):
+        yield tensor.name, tensor.path, tensor.transposed
 
 
 def _variable(model: QwenForCausalLM, path: tuple[str | int, ...]) -> nnx.Variable:

@@ -1,5 +1,6 @@
 """Dense Qwen2 / Qwen2.5 / Qwen3 / Llama decoders in Flax NNX: one decoder, the differences
-declared by the config (:mod:`arlarena_jax.models.config`).
+declared by the config (:mod:`arlarena_jax.models.config`), whose ``qkv_bias`` / ``o_bias`` /
+``qk_norm`` / ``mlp_bias`` come from its family (:mod:`arlarena_jax.models.families`).
 
 Token embedding → N × [RMSNorm → grouped-query attention with RoPE (Qwen3: q/k RMSNorm per head;
 Qwen2: q/k/v bias; Qwen3 and Llama: ``attention_bias`` on q/k/v/o) → residual → RMSNorm → SwiGLU

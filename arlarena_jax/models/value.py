@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arlarena_jax.models.config import ARCHITECTURE_PREFIX, QwenConfig
+from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.hf_io import (
     SAFETENSORS_SINGLE,
     load_state_dict,
@@ -115,7 +115,7 @@ def value_model_from_policy(
 
 
 def _architecture(config: QwenConfig) -> str:
-    return f"{ARCHITECTURE_PREFIX[config.model_type]}ForTokenClassification"
+    return config.family.token_classification_architecture()
 
 
 def value_state_dict(model: QwenValueModel) -> dict[str, np.ndarray]:

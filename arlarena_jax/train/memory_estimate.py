@@ -94,20 +94,9 @@ class Memory:
 
 
 def parameter_count(m: QwenConfig) -> int:
-    """Weights of a dense Qwen: embeddings (and an untied head), per layer the attention
-    projections (and q/k/v biases), q/k norms, the SwiGLU MLP and two norms, the final norm."""
-    q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
-    attention = m.hidden_size * (q + 2 * kv) + q * m.hidden_size
-    bias = (q + 2 * kv if m.qkv_bias else 0) + (m.hidden_size if m.o_bias else 0)
-    layer = (
-        attention
-        + bias
-        + (2 * m.head_dim if m.qk_norm else 0)
-        + 3 * m.hidden_size * m.intermediate_size
-        + 2 * m.hidden_size
-    )
-    embeddings = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    return embeddings + m.num_hidden_layers * layer + m.hidden_size
+    """Weights of the decoder ``m`` describes: the sum of the sizes of the tensors its family
+    declares (:meth:`arlarena_jax.models.families.ModelFamily.parameter_count`)."""
+    return m.family.parameter_count(m)
 
 
 def _row_shards(config) -> int:
@@ -123,12 +112,13 @@ def _model_key(config) -> str:
 
 
 def lora_parameter_count(lora, m: QwenConfig) -> int:
-    """The adapters' parameters: r × (in + out) per targeted linear of every layer."""
-    q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
-    h, i = m.hidden_size, m.intermediate_size
-    sizes = {"q": h + q, "k": h + kv, "v": h + kv, "o": q + h, "gate": h + i, "up": h + i}
-    sizes["down"] = i + h
-    return m.num_hidden_layers * lora.rank * sum(sizes[t] for t in lora.targets)
+    """The adapters' parameters: r × (in + out) per targeted linear of every layer (the linears'
+    shapes as the config's family declares them)."""
+    from arlarena_jax.models.lora import TARGETS
+
+    targeted = {TARGETS[t] for t in lora.targets}
+    linears = (t for t in m.family.tensors(m) if t.path[-1] == "kernel")
+    return lora.rank * sum(sum(t.shape) for t in linears if t.path[-3:-1] in targeted)
 
 
 def state_terms(config, model: QwenConfig, *, training: bool, reference: bool, critic: bool):
