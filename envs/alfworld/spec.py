@@ -15,7 +15,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError, InvalidField
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split

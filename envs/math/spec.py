@@ -17,7 +17,7 @@ import hashlib
 import os
 from typing import Any
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.math.prompts import COMPACT_FORMAT, MATH_FORMAT
 from envs.registry import EnvSpec, check_split

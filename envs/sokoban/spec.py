@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from arlarena_jax.errors import InvalidField
+from arlarena_base.errors import InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.rewards import INFO_PROGRESS
