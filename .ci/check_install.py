@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-PACKAGES = ("arlarena_jax", "envs")
+PACKAGES = ("arlarena_base", "arlarena_jax", "envs")
 
 
 def module_names() -> list[str]:

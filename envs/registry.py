@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from arlarena_jax.errors import ConfigError
+from arlarena_base.errors import ConfigError
 from envs.base import EnvBatch
 from envs.text import Expert, TaskFormat
 

@@ -4,9 +4,10 @@ The check is static: each ``import`` (module level or inside a function) and eac
 ``pytest.importorskip`` of the project's own files is mapped to the distribution that provides
 it in this environment (``importlib.metadata.packages_distributions``):
 
-* the library (``arlarena_jax/``, ``envs/``) may use the runtime dependencies only, and the
-  ``alfworld`` extra inside ``envs/alfworld/`` and ``envs/textworld/``, imported lazily (never at
-  module level), so that ``pip install -e .`` without the extra imports every module;
+* the library (``arlarena_base/``, ``arlarena_jax/``, ``envs/``) may use the runtime
+  dependencies only, and the ``alfworld`` extra inside ``envs/alfworld/`` and
+  ``envs/textworld/``, imported lazily (never at module level), so that ``pip install -e .``
+  without the extra imports every module;
 * the tests, benchmarks and CI scripts may also use the ``dev`` and ``alfworld`` extras;
 * ``requirements.txt`` lists exactly the requirements of ``pyproject.toml``, with the same
   version specifiers.
@@ -29,7 +30,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-LOCAL = {"arlarena_jax", "envs", "tests", "bench", "timing", "turn_rows", "conftest"}
+LOCAL = {
+    "arlarena_base",
+    "arlarena_jax",
+    "envs",
+    "tests",
+    "bench",
+    "timing",
+    "turn_rows",
+    "conftest",
+}
 LOCAL |= {p.stem for p in (ROOT / "tests").glob("*.py")}
 LOCAL |= {p.stem for p in (ROOT / "bench").glob("*.py")}  # bench scripts import their siblings
 # where an extra may be imported (lazily): the alfworld extra brings textworld, which the
@@ -133,7 +143,7 @@ def undeclared(paths, allowed: set[str]) -> list[str]:
 
 
 def test_the_library_imports_only_runtime_dependencies():
-    assert undeclared(files("arlarena_jax", "envs"), declared()) == []
+    assert undeclared(files("arlarena_base", "arlarena_jax", "envs"), declared()) == []
 
 
 @pytest.mark.parametrize("folder", ["tests", "bench", ".ci"])

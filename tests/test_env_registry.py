@@ -1,6 +1,10 @@
 """The environment registry: built-in entries, lookups and their one-line errors, a toy
-environment registered from outside, and the layering rule that environments never import the
-rollout, the sampler or the trainer."""
+environment registered from outside, and the layering rule that environments import nothing of
+``arlarena_jax``.
+
+The per-environment tests run over the registered environments (:func:`envs.registry.names`),
+so adding an environment (one folder plus one line in ``envs/builtin.py``) adds their cases
+without a line here."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from tests.toyenv.prompts import GUESS_FORMAT, guess_prompt
 from tests.toyenv.spec import GUESS
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("arlarena_jax.rollout", "arlarena_jax.sampler", "arlarena_jax.train")
+FORBIDDEN = ("arlarena_jax",)  # environments stand alone: shared pieces are in arlarena_base
+BUILTIN = registry.names()  # the built-in environments, as registered (envs/builtin.py)
 
 
 def _imported_modules(tree: ast.AST) -> list[str]:
@@ -40,20 +45,59 @@ def _imported_modules(tree: ast.AST) -> list[str]:
     return names
 
 
-def test_environments_never_import_the_rollout_sampler_or_trainer():
-    files = sorted((ROOT / "envs").rglob("*.py"))
-    assert ROOT / "envs" / "alfworld" / "expert.py" in files
-    bad = [
-        f"{path.relative_to(ROOT)}: {name}"
+def _forbidden_imports(files: list[Path]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {name}"
         for path in files
         for name in _imported_modules(ast.parse(path.read_text(), str(path)))
         if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
     ]
-    assert bad == []
+
+
+def test_environments_import_nothing_of_arlarena_jax():
+    """Every import under ``envs/``, at module level or inside a function, of any name."""
+    files = sorted((ROOT / "envs").rglob("*.py"))
+    assert ROOT / "envs" / "alfworld" / "expert.py" in files
+    assert _forbidden_imports(files) == []
+
+
+def test_the_layering_check_sees_lazy_and_from_imports(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import arlarena_base.errors\n"
+        "from arlarena_jax.errors import ConfigError\n\n"
+        "def f():\n    import arlarena_jax\n    from arlarena_jax import train\n"
+    )
+    found = [line.split(": ", 1)[1] for line in _forbidden_imports([bad])]
+    assert found == [
+        "arlarena_jax.errors",
+        "arlarena_jax.errors.ConfigError",
+        "arlarena_jax",
+        "arlarena_jax",
+        "arlarena_jax.train",
+    ]
+
+
+def test_the_library_raises_the_shared_error_classes():
+    """``arlarena_jax.errors`` re-exports ``arlarena_base.errors``: one class each, so the
+    library's ``except ConfigError`` catches an environment's."""
+    import arlarena_base.errors
+    import arlarena_jax.errors
+
+    assert arlarena_jax.errors.ConfigError is arlarena_base.errors.ConfigError
+    assert arlarena_jax.errors.InvalidField is arlarena_base.errors.InvalidField
+    with pytest.raises(ConfigError, match=r"'env\.prompt'"):
+        registry.get("alfworld").task_format(SimpleNamespace(prompt="compact"))
 
 
 def test_builtin_environments():
-    assert registry.names() == ("alfworld", "math", "sokoban", "textworld", "webshop")
+    """Every environment folder with a spec is registered, and nothing else; then what each of
+    the built-in ones declares."""
+    folders = sorted(p.parent.name for p in (ROOT / "envs").glob("*/spec.py"))
+    assert tuple(folders) == BUILTIN
+    assert {"alfworld", "math", "sokoban", "textworld", "webshop"} <= set(BUILTIN)
+    for name in ("alfworld", "math", "sokoban", "textworld", "webshop"):
+        assert registry.get(name).settings is not None and registry.get(name).paper, name
     sokoban, alfworld = registry.get("sokoban"), registry.get("alfworld")
     math_ = registry.get("math")
     assert math_.prompts == ("paper", "compact") and math_.rows == ("trajectory",)
@@ -71,17 +115,28 @@ def test_builtin_environments():
     assert textworld.commands is not None and textworld.expert is not None
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math", "textworld"])
+@pytest.mark.parametrize("name", BUILTIN)
 def test_env_config_has_each_settings_section(name):
     spec = registry.get(name)
-    assert isinstance(getattr(EnvConfig(), name), spec.settings)
+    if spec.settings is None:
+        assert not hasattr(EnvConfig(), name)
+    else:
+        assert isinstance(getattr(EnvConfig(), name), spec.settings)
 
 
-@pytest.mark.parametrize("name", ["sokoban", "alfworld", "webshop", "math", "textworld"])
+@pytest.mark.parametrize("name", BUILTIN)
 def test_paper_settings_are_the_paper_scale_config(name):
-    config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
     spec = registry.get(name)
-    assert spec.paper and {k: config["env"][k] for k in spec.paper} == dict(spec.paper)
+    if not spec.paper:
+        pytest.skip(f"{name} declares no paper-scale settings")
+    config = yaml.safe_load((ROOT / "configs" / name / "base_qwen3_4b.yaml").read_text())
+    assert {k: config["env"][k] for k in spec.paper} == dict(spec.paper)
+
+
+def _having_compact() -> str:
+    having = [n for n in BUILTIN if "compact" in registry.get(n).prompts]
+    assert {"math", "sokoban"} <= set(having) and "alfworld" not in having
+    return ", ".join(having)
 
 
 def test_unknown_names_and_prompts_are_one_line_errors():
@@ -90,15 +145,16 @@ def test_unknown_names_and_prompts_are_one_line_errors():
     with pytest.raises(ValueError) as info:
         registry.get("webshp")
     assert str(info.value) == (
-        "unknown environment 'webshp' (did you mean 'webshop'? registered: alfworld, math, "
-        "sokoban, textworld, webshop)"
+        f"unknown environment 'webshp' (did you mean 'webshop'? registered: {', '.join(BUILTIN)})"
     )
     env = SimpleNamespace(name="alfworld", prompt="compact")
     with pytest.raises(ConfigError) as info:
         registry.get("alfworld").task_format(env)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("config key 'env.prompt': 'compact' exists only for math, sokoban")
+    assert message.startswith(
+        f"config key 'env.prompt': 'compact' exists only for {_having_compact()}, not 'alfworld'"
+    )
     with pytest.raises(
         ValueError, match="split must be one of train, validation, test, got 'eval'"
     ):
@@ -112,7 +168,7 @@ def test_config_validation_reads_the_registry():
     with pytest.raises(ConfigError, match=r"'env\.name': unknown environment 'chess' \(regis"):
         validate(env(name="chess"))
     with pytest.raises(
-        ConfigError, match=r"'env\.prompt': 'compact' exists only for math, sokoban"
+        ConfigError, match=rf"'env\.prompt': 'compact' exists only for {_having_compact()}, not"
     ):
         validate(env(name="alfworld", prompt="compact"))
     with pytest.raises(ConfigError, match=r"'env\.prompt': 'tiny' exists for no environment"):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arlarena_jax import host_memory
+from arlarena_base import host_memory
 from arlarena_jax.errors import ConfigError
 from envs.math import cgroups, memory_budget, sandbox_view, seccomp, uids
 

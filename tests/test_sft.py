@@ -5,6 +5,7 @@ unsharded on 8 simulated devices) and cloning a tiny Qwen3 on Sokoban expert tur
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -32,10 +33,10 @@ from arlarena_jax.train.sft import (
     Example,
     SFTBatch,
     SFTBatcher,
+    buckets_for,
     encode_example,
-    evaluate_loss,
-    make_batches,
     make_sft_step,
+    nll_sums,
     run_sft,
 )
 from envs.base import Observation
@@ -56,6 +57,28 @@ CONFIG = preset(
     num_key_value_heads=2,
     head_dim=16,
 )
+
+
+def make_batches(
+    examples, batch_size: int, buckets, seed: int = 0, *, epoch: int = 0
+) -> list[SFTBatch]:
+    """One epoch of :class:`SFTBatcher` batches."""
+    return SFTBatcher(examples, batch_size, buckets, seed).epoch(epoch)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _eval_sums(graphdef, params, batch, chunk_size):
+    return nll_sums(graphdef, params, batch, chunk_size)
+
+
+def evaluate_loss(graphdef, params, examples, *, batch_size=8, buckets=None, chunk_size=128):
+    """Token-mean NLL over all loss tokens of ``examples`` (Σ over batches, then one division)."""
+    buckets = buckets or buckets_for([len(e.ids) for e in examples])
+    nll, tokens = 0.0, 0.0
+    for batch in make_batches(examples, batch_size, buckets):
+        a, b = _eval_sums(graphdef, params, batch, chunk_size)
+        nll, tokens = nll + float(a), tokens + float(b)
+    return nll / max(tokens, 1.0)
 
 
 def plan_length(reply: str) -> int:

@@ -11,8 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.sokoban.batch import SokobanBatch
-from envs.sokoban.env import EnvParams, SokobanEnv, state_from_grid
-from envs.sokoban.render import WALL, parse_text, render_text
+from envs.sokoban.env import EnvParams, EnvState, SokobanEnv
+from envs.sokoban.render import (
+    BOX,
+    BOX_ON_TARGET,
+    FLOOR,
+    PLAYER,
+    PLAYER_ON_TARGET,
+    TARGET,
+    WALL,
+    parse_text,
+    render_text,
+)
 from envs.sokoban.solver import solve
 
 SPEC_SEED0 = "\n".join(  # spec §2.3 test vector, row by row
@@ -29,6 +39,24 @@ SEED0_ROWS = ["######", "#____#", "##O_P#", "###X_#", "###__#", "######"]
 OPTIMUM = [2, 2, 3, 1, 4, 1, 3]  # down, down, left, up, right, up, left
 SYMBOL = {"#": 0, "_": 1, "O": 2, "√": 3, "X": 4, "P": 5, "S": 6}
 UP, DOWN, LEFT, RIGHT = 1, 2, 3, 4
+
+
+def state_from_grid(grid: np.ndarray) -> EnvState:
+    """The fresh-episode state of a grid of cell codes 0..6 (exactly one player)."""
+    grid = np.asarray(grid)
+    players = np.argwhere((grid == PLAYER) | (grid == PLAYER_ON_TARGET))
+    if len(players) != 1:
+        raise ValueError(f"a Sokoban grid needs exactly one player, found {len(players)}")
+    boxes = np.argwhere((grid == BOX) | (grid == BOX_ON_TARGET))
+    target = np.isin(grid, (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET))
+    fixed = np.where(grid == WALL, WALL, np.where(target, TARGET, FLOOR)).astype(np.int8)
+    return EnvState(
+        fixed=jnp.asarray(fixed),
+        player=jnp.asarray(players[0], jnp.int32),
+        boxes=jnp.asarray(boxes.reshape(-1, 2), jnp.int32),
+        num_env_steps=jnp.int32(0),
+        time=jnp.int32(0),
+    )
 
 
 def grid_of(rows: list[str]) -> np.ndarray:

@@ -25,11 +25,23 @@ from envs.webshop.goals import synthetic_goals
 from envs.webshop.stats import retrieval_ranks, retrieval_summary
 from envs.webshop.synthetic import (
     CATEGORIES,
+    CRUMB,
     HUMAN_INSTRUCTIONS_FILE,
     OPTION_POOLS,
-    vocabulary_problems,
     word_count,
     write_synthetic_catalogue,
+)
+from envs.webshop.vocabulary import (
+    ATTRIBUTE_SENTENCES,
+    BULLET_LEADS,
+    CATEGORY_TEXT,
+    DETAILS,
+    GROUPS,
+    INTRO_VERBS,
+    INTROS,
+    NON_NOUNS,
+    USE_SENTENCES,
+    Group,
 )
 
 FILES = (ITEMS_FILE, ATTRIBUTES_FILE, HUMAN_INSTRUCTIONS_FILE, NOUNS_FILE)
@@ -111,6 +123,67 @@ def test_schema(folder, records, entries, catalogue):
     assert json.loads((folder / HUMAN_INSTRUCTIONS_FILE).read_text()) == {}
     nouns = json.loads((folder / NOUNS_FILE).read_text())
     assert nouns == sorted(set(nouns)) and all(w == w.lower() for w in nouns)
+
+
+# the word tables (envs/webshop/vocabulary.py)
+
+
+def _fixed_text(group: Group) -> str:
+    """Every non-attribute text a product of ``group`` can show, lower-cased."""
+    text = CATEGORY_TEXT[group.category]
+    pieces = [
+        *group.types, *group.materials, *group.benefits, *group.uses, *group.tags,
+        *group.specs, *text.brands, *text.fillers, *text.closers, *text.headers, *text.notes,
+        *INTROS, *INTRO_VERBS.values(), *DETAILS, *USE_SENTENCES,
+        *(t for ts in ATTRIBUTE_SENTENCES.values() for t in ts), *BULLET_LEADS.values(),
+    ]  # fmt: skip
+    return "\n".join(pieces).lower()
+
+
+def _attribute_problems(group: Group) -> list[str]:
+    """Attribute phrases of ``group`` that another phrase or the fixed text would match."""
+    phrases = [p for p, _ in group.attributes]
+    problems = [f"{group.query}: duplicate attribute {p!r}" for p in sorted(set(phrases))
+                if phrases.count(p) > 1]  # fmt: skip
+    fixed = _fixed_text(group)
+    for i, a in enumerate(phrases):
+        if a in fixed:
+            problems.append(f"{group.query}: attribute {a!r} is in the fixed text")
+        for b in phrases[i + 1 :]:
+            ratio = fuzz.token_set_ratio(a, b, processor=default_process)
+            if a in b or b in a or ratio > 85:
+                problems.append(f"{group.query}: attributes {a!r} and {b!r} match ({ratio:.0f})")
+    return problems
+
+
+def _group_problems(group: Group) -> list[str]:
+    """Type phrases without the head noun, bad breadcrumbs, clashing option pools."""
+    problems = [f"{group.query}: type {t!r} lacks {group.head!r}" for t in group.types
+                if group.head not in t.split()]  # fmt: skip
+    if group.head in NON_NOUNS:
+        problems.append(f"{group.query}: head noun {group.head!r} is in NON_NOUNS")
+    for leaf in group.leaves:
+        levels = len((group.crumbs + (CRUMB + leaf if leaf else "")).split(CRUMB))
+        if not 3 <= levels <= 5:
+            problems.append(f"{group.query}: breadcrumbs with leaf {leaf!r} have {levels} levels")
+    names = [OPTION_POOLS[k][0] for k in group.options]
+    if len(set(names)) != len(names):
+        problems.append(f"{group.query}: two option pools share a name")
+    values = [v.lower() for k in group.options for v in OPTION_POOLS[k][1]]
+    if len(set(values)) != len(values):
+        problems.append(f"{group.query}: option pools share a value")
+    return problems
+
+
+def vocabulary_problems() -> list[str]:
+    """Everything wrong with the word tables (empty when they are sound): type phrases without
+    the head noun, attribute phrases that fuzzy-match or contain each other or occur in the fixed
+    text (a product would get credit for an attribute it lacks), breadcrumbs outside 3-5
+    levels, option pools of one group sharing a name or a value."""
+    problems = []
+    for group in GROUPS:
+        problems += _group_problems(group) + _attribute_problems(group)
+    return problems
 
 
 def test_word_tables_are_sound():

@@ -17,11 +17,6 @@ EPS_STD = 1e-6  # the epsilon added to group standard deviations (docs/algorithm
 EPS_WHITEN = 1e-8  # the epsilon inside the token-whitening square root (docs/algorithms.md §3.5)
 
 
-def masked_sum(x: Array, mask: Array) -> Array:
-    """Σ x·m over all positions."""
-    return jnp.sum(x * mask)
-
-
 def masked_mean(x: Array, mask: Array) -> Array:
     """Σ x·m / (Σ m + 1e-8): the verl masked mean used by every metric
     (docs/algorithms.md §4, §5)."""

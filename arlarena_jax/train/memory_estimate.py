@@ -337,8 +337,8 @@ def check_memory(config, model: QwenConfig | None, memory: Memory, **kinds: bool
 
 def host_memory() -> float:
     """The memory this process may use, in bytes (``MemTotal``, or its cgroup's limit where
-    lower: :func:`arlarena_jax.host_memory.host_memory_mb`)."""
-    from arlarena_jax.host_memory import host_memory_mb
+    lower: :func:`arlarena_base.host_memory.host_memory_mb`)."""
+    from arlarena_base.host_memory import host_memory_mb
 
     return float(host_memory_mb() * 2**20)
 

@@ -288,11 +288,6 @@ class TimedEnvBatch:
         self.envs.close()
 
 
-def throughput_metrics(counts: Mapping[str, float], seconds: float) -> dict[str, float]:
-    """``{"perf/<name>_per_s": count / seconds}``: ``{"tokens": n}`` → ``perf/tokens_per_s``."""
-    return {f"perf/{k}_per_s": (v / seconds if seconds > 0 else 0.0) for k, v in counts.items()}
-
-
 # (label, candidate keys: the first present is shown)
 DEFAULT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("success", ("episode/success_rate", "val/success_rate")),

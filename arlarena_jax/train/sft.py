@@ -30,7 +30,6 @@ when it is stopped and every ``sft.save_every_s`` seconds, ``arlarena_jax.train.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -150,19 +149,6 @@ class SFTBatcher:
         return SFTBatch(ids, attn, loss)
 
 
-def make_batches(
-    examples: Sequence[Example],
-    batch_size: int,
-    buckets: Sequence[int],
-    seed: int = 0,
-    *,
-    epoch: int = 0,
-    on_overflow: str = "error",
-) -> list[SFTBatch]:
-    """One epoch of :class:`SFTBatcher` batches."""
-    return SFTBatcher(examples, batch_size, buckets, seed, on_overflow).epoch(epoch)
-
-
 def nll_sums(
     graphdef: nnx.GraphDef, params: Any, batch: SFTBatch, chunk_size: int
 ) -> tuple[jax.Array, jax.Array]:
@@ -256,29 +242,6 @@ def make_sft_step(
         return join_trainable(guarded.params, frozen), guarded.opt_state, metrics
 
     return mesh_jit(step, mesh, state_args=2, row_outputs=False, donate=True)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _eval_sums(graphdef, params, batch, chunk_size):
-    return nll_sums(graphdef, params, batch, chunk_size)
-
-
-def evaluate_loss(
-    graphdef: nnx.GraphDef,
-    params: Any,
-    examples: Sequence[Example],
-    *,
-    batch_size: int = 8,
-    buckets: Sequence[int] | None = None,
-    chunk_size: int = 128,
-) -> float:
-    """Token-mean NLL over all loss tokens of ``examples`` (Σ over batches, then one division)."""
-    buckets = buckets or buckets_for([len(e.ids) for e in examples])
-    nll, tokens = 0.0, 0.0
-    for batch in make_batches(examples, batch_size, buckets):
-        a, b = _eval_sums(graphdef, params, batch, chunk_size)
-        nll, tokens = nll + float(a), tokens + float(b)
-    return nll / max(tokens, 1.0)
 
 
 class CloneState(NamedTuple):

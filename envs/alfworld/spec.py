@@ -15,11 +15,12 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError
 from envs.alfworld.prompts import ALFWORLD_FORMAT
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.rewards import INFO_PROGRESS
+from envs.spec_helpers import expert_options, lazy, pool_batch, require_at_least
 from envs.text import Expert
 
 BUILD_HINT = "build them with `arlarena alfworld build` and `arlarena alfworld generate`"
@@ -34,10 +35,7 @@ class AlfworldConfig:
     expert_think: bool = True  # demonstrations carry a short rationale (false: empty <think>)
 
     def __post_init__(self) -> None:
-        if self.validation_games < 1:
-            raise InvalidField(
-                "alfworld", "validation_games", f"must be >= 1, got {self.validation_games}"
-            )
+        require_at_least("alfworld", self, {"validation_games": 1})
 
 
 def folder_games(env: Any, folder_name: str) -> tuple[str, ...]:
@@ -125,28 +123,15 @@ def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     """``num_envs`` games of ``split`` in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
     from envs.alfworld.env import AlfworldFactory
-    from envs.pool import text_env_batch
 
-    factory = AlfworldFactory(games(env, split), max_steps=env.max_turns)
-    return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
+    return pool_batch(env, AlfworldFactory(games(env, split), max_steps=env.max_turns), num_envs)
 
 
 def expert(env: Any) -> Expert:
     """Replays of the training games' stored walkthroughs, one per distinct game."""
     from envs.alfworld.expert import walkthrough_expert
 
-    return walkthrough_expert(
-        games(env, "train"),
-        think=env.alfworld.expert_think,
-        batch_size=env.train_batch_size * env.group_size,
-    )
-
-
-def add_commands(subparsers: Any) -> None:
-    """``arlarena alfworld build|generate``."""
-    from envs.alfworld.cli import add_commands as add
-
-    add(subparsers)
+    return walkthrough_expert(games(env, "train"), **expert_options(env, "alfworld"))
 
 
 ALFWORLD = EnvSpec(
@@ -159,7 +144,7 @@ ALFWORLD = EnvSpec(
     settings=AlfworldConfig,
     tokenizer_episodes=32,
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 50, "history_length": 2},
-    commands=add_commands,
+    commands=lazy("envs.alfworld.cli", "add_commands"),  # arlarena alfworld build|generate
     ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
     # the goal's state conditions a step satisfied over those unmet at the reset, as the
     # environment reports them in info (envs/alfworld/progress.py, envs/rewards.py)

@@ -3,13 +3,13 @@
 Each call may use ``env.math.sandbox_memory_mb`` in all (``envs.math.cgroups``, else rlimits
 that keep its processes' sum within it), and ``env.math.executors`` calls run at once, so
 ``executors x sandbox_memory_mb`` is what model code may take together. At start-up that total
-is checked against the host's memory (:func:`arlarena_jax.host_memory.host_memory_mb`);
+is checked against the host's memory (:func:`arlarena_base.host_memory.host_memory_mb`);
 ``executors: 0`` picks the usable cores, at most as many calls as fit half of it.
 """
 
 from __future__ import annotations
 
-from arlarena_jax.host_memory import host_memory_mb
+from arlarena_base.host_memory import host_memory_mb
 
 __all__ = ["default_executors", "host_memory_mb", "over_budget"]
 

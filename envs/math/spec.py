@@ -17,10 +17,11 @@ import hashlib
 import os
 from typing import Any
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.math.prompts import COMPACT_FORMAT, MATH_FORMAT
 from envs.registry import EnvSpec, check_split
+from envs.spec_helpers import demo_batch_size, require_at_least, require_one_of
 from envs.text import Expert, Generation
 
 
@@ -47,27 +48,17 @@ class MathConfig:
     def __post_init__(self) -> None:
         from envs.math.sandbox import ISOLATIONS
 
-        if self.isolation not in ISOLATIONS:
-            raise InvalidField(
-                "math",
-                "isolation",
-                f"must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}",
-            )
-        for field in (
+        require_one_of("math", self, {"isolation": ISOLATIONS})
+        at_least_one = (
             "eval_samples",
             "sandbox_cpu_s",
             "sandbox_memory_mb",
             "sandbox_processes",
             "validation_problems",
-        ):
-            if not getattr(self, field) >= 1:
-                raise InvalidField("math", field, f"must be >= 1, got {getattr(self, field)!r}")
-        for field in ("sandbox_timeout_s", "score_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise InvalidField("math", field, f"must be > 0, got {getattr(self, field)!r}")
-        for field in ("executors", "scorers"):
-            if not getattr(self, field) >= 0:
-                raise InvalidField("math", field, f"must be >= 0, got {getattr(self, field)!r}")
+        )
+        require_at_least("math", self, dict.fromkeys(at_least_one, 1))
+        require_at_least("math", self, {"sandbox_timeout_s": 0, "score_timeout_s": 0}, strict=True)
+        require_at_least("math", self, {"executors": 0, "scorers": 0})
         if not self.train_files or not self.test_files:
             raise InvalidField("math", "train_files", "train_files and test_files need a file each")
 
@@ -225,7 +216,7 @@ def expert(env: Any) -> Expert:
 
         return policy
 
-    return Expert(policy_for, every_turn=True, batch_size=env.train_batch_size * env.group_size)
+    return Expert(policy_for, every_turn=True, batch_size=demo_batch_size(env))
 
 
 MATH = EnvSpec(

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arlarena_jax.errors import ConfigError
+from arlarena_base.errors import ConfigError
 from envs.device import (
     DeviceEnv,
     PromptEncoder,

@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
@@ -34,7 +33,6 @@ from envs.sokoban.generate import generate_room
 from envs.sokoban.render import (
     BOX,
     BOX_ON_TARGET,
-    FLOOR,
     MOVES,
     PLAYER,
     PLAYER_ON_TARGET,
@@ -210,21 +208,3 @@ class SokobanEnv(environment.Environment):
                 "time": spaces.Box(0, jnp.iinfo(jnp.int32).max, (), jnp.int32),
             }
         )
-
-
-def state_from_grid(grid: np.ndarray) -> EnvState:
-    """Host helper: the fresh-episode state of a grid of cell codes 0..6 (exactly one player)."""
-    grid = np.asarray(grid)
-    players = np.argwhere((grid == PLAYER) | (grid == PLAYER_ON_TARGET))
-    if len(players) != 1:
-        raise ValueError(f"a Sokoban grid needs exactly one player, found {len(players)}")
-    boxes = np.argwhere((grid == BOX) | (grid == BOX_ON_TARGET))
-    target = np.isin(grid, (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET))
-    fixed = np.where(grid == WALL, WALL, np.where(target, TARGET, FLOOR)).astype(np.int8)
-    return EnvState(
-        fixed=jnp.asarray(fixed),
-        player=jnp.asarray(players[0], jnp.int32),
-        boxes=jnp.asarray(boxes.reshape(-1, 2), jnp.int32),
-        num_env_steps=jnp.int32(0),
-        time=jnp.int32(0),
-    )

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from arlarena_jax.errors import InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT
+from envs.spec_helpers import lazy, require_at_least
 from envs.text import Expert
 
 DEMO_BATCH = 64  # rooms the expert plays at once
@@ -30,10 +30,7 @@ class SokobanConfig:
     search_depth: int = 30
 
     def __post_init__(self) -> None:
-        for field, minimum in (("dim_room", 3), ("num_boxes", 1), ("search_depth", 1)):
-            value = getattr(self, field)
-            if not value >= minimum:
-                raise InvalidField("sokoban", field, f"must be >= {minimum}, got {value!r}")
+        require_at_least("sokoban", self, {"dim_room": 3, "num_boxes": 1, "search_depth": 1})
 
 
 def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
@@ -60,13 +57,6 @@ def expert(env: Any) -> Expert:
     return bfs_expert(replies, batch_size=DEMO_BATCH)
 
 
-def device_env(env: Any, encoder: Any) -> Any:
-    """Sokoban with the compact prompt as one on-device program (:mod:`envs.sokoban.device`)."""
-    from envs.sokoban.device import make_device_env
-
-    return make_device_env(env, encoder)
-
-
 SOKOBAN = EnvSpec(
     name="sokoban",
     make_batch=make_batch,
@@ -74,7 +64,8 @@ SOKOBAN = EnvSpec(
     expert=expert,
     settings=SokobanConfig,
     tokenizer_episodes=256,
-    device_env=device_env,
+    # the compact prompt as one on-device program (envs/sokoban/device.py)
+    device_env=lazy("envs.sokoban.device", "make_device_env"),
     paper={"train_batch_size": 32, "group_size": 8, "max_turns": 15, "history_length": 2},
     ignores={
         "num_workers": "its batch runs in-process",

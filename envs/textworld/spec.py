@@ -17,10 +17,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.rewards import INFO_PROGRESS
+from envs.spec_helpers import expert_options, lazy, pool_batch, require_at_least, require_one_of
 from envs.text import Expert
 from envs.textworld.env import PROGRESS_SIGNALS
 from envs.textworld.prompts import TEXTWORLD_FORMAT
@@ -47,22 +48,11 @@ class TextworldConfig:
     progress: str = "quest"
 
     def __post_init__(self) -> None:
-        if self.tier not in TIER_NAMES:
-            raise InvalidField(
-                "textworld", "tier", f"must be one of {', '.join(TIER_NAMES)}, got {self.tier!r}"
-            )
-        if self.progress not in PROGRESS_SIGNALS:
-            raise InvalidField(
-                "textworld",
-                "progress",
-                f"must be one of {', '.join(PROGRESS_SIGNALS)}, got {self.progress!r}",
-            )
-        for field in ("train_games", "validation_games", "test_games"):
-            if getattr(self, field) < 1:
-                raise InvalidField("textworld", field, f"must be >= 1, got {getattr(self, field)}")
-        for field in ("seed", "build_workers"):
-            if getattr(self, field) < 0:
-                raise InvalidField("textworld", field, f"must be >= 0, got {getattr(self, field)}")
+        require_one_of("textworld", self, {"tier": TIER_NAMES, "progress": PROGRESS_SIGNALS})
+        require_at_least(
+            "textworld", self, {"train_games": 1, "validation_games": 1, "test_games": 1}
+        )
+        require_at_least("textworld", self, {"seed": 0, "build_workers": 0})
 
 
 def data_root(env: Any) -> Path:
@@ -138,7 +128,6 @@ def check_data(env: Any, training: bool) -> None:
 def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     """``num_envs`` games of ``split`` in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
-    from envs.pool import text_env_batch
     from envs.textworld.env import TextworldFactory
 
     files, _ = split_games(env, split)
@@ -146,7 +135,7 @@ def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     factory = TextworldFactory(
         files, max_steps=env.max_turns, win_reward=t.win_reward, progress=t.progress
     )
-    return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
+    return pool_batch(env, factory, num_envs)
 
 
 def expert(env: Any) -> Expert:
@@ -154,18 +143,7 @@ def expert(env: Any) -> Expert:
     from envs.textworld.expert import walkthrough_expert
 
     _, walkthroughs = split_games(env, "train")
-    return walkthrough_expert(
-        walkthroughs,
-        think=env.textworld.expert_think,
-        batch_size=env.train_batch_size * env.group_size,
-    )
-
-
-def add_commands(subparsers: Any) -> None:
-    """``arlarena textworld build``."""
-    from envs.textworld.cli import add_commands as add
-
-    add(subparsers)
+    return walkthrough_expert(walkthroughs, **expert_options(env, "textworld"))
 
 
 TEXTWORLD = EnvSpec(
@@ -180,7 +158,7 @@ TEXTWORLD = EnvSpec(
     # meow-tea-taro examples/textworld/run_reinforce_pp_qwen-1.5b.sh: w2-o3-q4, rollout.n 8,
     # max_iter 12 turns, 5000 training instances; batch and history as ALFWorld's
     paper={"train_batch_size": 16, "group_size": 8, "max_turns": 12, "history_length": 2},
-    commands=add_commands,
+    commands=lazy("envs.textworld.cli", "add_commands"),  # arlarena textworld build
     ignores={},  # reads every common env key: the pool's num_workers and step_timeout_s included
     # env.textworld.progress: quest steps or score points gained over the episode's maximum, as
     # the environment reports them in info (envs/textworld/env.py, envs/rewards.py)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_base.errors import ConfigError, InvalidField
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.rewards import Progress
+from envs.spec_helpers import expert_options, lazy, pool_batch, require_at_least, require_one_of
 from envs.text import Expert
 from envs.webshop.prompts import WEBSHOP_FORMAT
 
@@ -49,17 +50,9 @@ class WebshopConfig:
 
     def __post_init__(self) -> None:
         choices = {"data": ("synthetic", "files"), "nouns": NOUN_KINDS, "search": SEARCH_KINDS}
-        for field, valid in choices.items():
-            if getattr(self, field) not in valid:
-                got = getattr(self, field)
-                raise InvalidField(
-                    "webshop", field, f"must be one of {', '.join(valid)}, got {got!r}"
-                )
-        for field, minimum in (("num_products", 10), ("test_goals", 1), ("validation_goals", 1)):
-            if not getattr(self, field) >= minimum:
-                raise InvalidField(
-                    "webshop", field, f"must be >= {minimum}, got {getattr(self, field)!r}"
-                )
+        require_one_of("webshop", self, choices)
+        minimums = {"num_products": 10, "test_goals": 1, "validation_goals": 1}
+        require_at_least("webshop", self, minimums)
         if self.search == "pyserini" and not self.index_dir:
             raise InvalidField(
                 "webshop", "index_dir", "search: pyserini needs the Lucene index folder"
@@ -117,30 +110,17 @@ def split_members(env: Any) -> dict[str, frozenset[tuple]]:
 def make_batch(env: Any, num_envs: int, split: str) -> EnvBatch:
     """``num_envs`` sessions on ``split``'s goals in ``env.num_workers`` pool processes (0: in
     this process), each episode capped at ``env.max_turns`` steps."""
-    from envs.pool import text_env_batch
     from envs.webshop.env import WebShopFactory
 
     factory = WebShopFactory(source_of(env), split=check_split(split), max_steps=env.max_turns)
-    return text_env_batch(factory, num_envs, env.num_workers, env.step_timeout_s)
+    return pool_batch(env, factory, num_envs)
 
 
 def expert(env: Any) -> Expert:
     """The scripted shopper over the training goals."""
     from envs.webshop.expert import shopper_expert
 
-    return shopper_expert(
-        shop(env),
-        max_steps=env.max_turns,
-        think=env.webshop.expert_think,
-        batch_size=env.train_batch_size * env.group_size,
-    )
-
-
-def add_commands(subparsers: Any) -> None:
-    """``arlarena webshop build|stats``."""
-    from envs.webshop.cli import add_commands as add
-
-    add(subparsers)
+    return shopper_expert(shop(env), max_steps=env.max_turns, **expert_options(env, "webshop"))
 
 
 SMTM = "seq-mean-token-mean"
@@ -163,7 +143,7 @@ WEBSHOP = EnvSpec(
         "dapo_grpo": {"cold_start_steps": 0},
         "dapo_gigpo": {"cold_start_steps": 5},
     },
-    commands=add_commands,
+    commands=lazy("envs.webshop.cli", "add_commands"),  # arlarena webshop build|stats
     ignores={},  # reads every common env key (data_path only with webshop.data: files)
     progress=PURCHASE_SCORE,
 )
