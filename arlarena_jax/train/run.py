@@ -52,7 +52,7 @@ from arlarena_jax.models.lora import merged_model
 from arlarena_jax.rollout.loop import Rollout
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train.async_rollouts import AsyncRollouts
-from arlarena_jax.train.checkpoint import Checkpointer, PreemptionGuard, abstract_like
+from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.cloning import Cloning
 from arlarena_jax.train.config import Config, resolve, rl_stream_seed
 from arlarena_jax.train.config_io import dump_config
@@ -60,12 +60,12 @@ from arlarena_jax.train.critic import exportable_critic
 from arlarena_jax.train.evaluation import Evaluation, evaluates_at, missed_evaluation
 from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.final import complete_record, final_record, write_final
-from arlarena_jax.train.layout import checkpoints_dir
-from arlarena_jax.train.learner import Learner, roll_back
+from arlarena_jax.train.learner import Learner
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.pieces import Pieces
 from arlarena_jax.train.rl_step import SyncRollouts, rl_step
+from arlarena_jax.train.run_checkpoints import RunCheckpoints
 from arlarena_jax.train.run_lock import hold_run_dir
 from arlarena_jax.train.run_state import HostState, TrainState
 from arlarena_jax.train.stops import Stopped, Stops, on_any_process
@@ -144,11 +144,11 @@ class Run:
         self.pieces = p = Pieces(config, self.run_dir, closing, lambda: self.host.policy_calls)
         self.model, self.tokenizer, self.mesh = p.model, p.tokenizer, p.mesh
         self.learner = Learner(config, p.model, p.objective, p.tokenizer, p.mesh)
-        every = max(config.trainer.save_every, 1)
-        directory, keep = checkpoints_dir(self.run_dir), config.trainer.keep_checkpoints
-        checkpointer = Checkpointer(directory, keep=keep, save_every=every)
-        self.checkpointer = closing.enter_context(checkpointer)
         self.monitor = StabilityMonitor(config.monitor)
+        self.checkpoints = RunCheckpoints(
+            config, self.run_dir, closing, self.learner, self.monitor, p
+        )
+        self.checkpointer = self.checkpoints.checkpointer
         self.rng = np.random.default_rng(rl_stream_seed(config))
         self.host = HostState(rng=self.rng.bit_generator.state)  # step 0's, as a checkpoint
         self.history: list[dict[str, float]] = []
@@ -240,18 +240,12 @@ class Run:
         step, or None. A newer one that fails to restore is set aside, with one line on stderr
         naming its file and why (missing, truncated or unreadable). ``step``: restore that one
         instead (an evaluation of an earlier policy; nothing is set aside)."""
-        target = abstract_like(self.train_state().as_tree())
-        if step is not None:
-            tree, host = self.checkpointer.restore(target, step)
-        else:
-            restored = self.checkpointer.restore_latest_valid(target)
-            if restored is None:
-                return None
-            step, tree, host, _ = restored  # a skipped step: reported by the checkpointer
-        self.learner.state = self.train_state().restored(tree)
+        restored = self.checkpoints.restore(step)
+        if restored is None:
+            return None
+        step, host = restored
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
-        nnx.update(self.model, self.learner.state.params)
         if self.pieces.sampler is not None:
             self.policy.calls = self.host.policy_calls
             self.engine.update_params(self.learner.sampler_params())
@@ -282,14 +276,11 @@ class Run:
         if self.host.sft_success is not None and self.console:
             print(f"held-out success before RL: {100 * self.host.sft_success:.1f}%", flush=True)
         if c.sft.enabled or (c.trainer.total_steps > 0 and c.monitor.rollback):
-            if 0 in self.checkpointer.all_steps():  # saved by a stop during the evaluation
-                self.checkpointer.discard_after(-1)
-            self.save(force=True)
-            self.checkpointer.wait()
+            self.checkpoints.save_start(self.host)
 
     def step(self) -> dict[str, float]:
         """One RL iteration: rollout, update, sync, monitor (and roll back), evaluate, log."""
-        state = self.train_state()
+        self.train_state()
         self.host.step += 1
         step = self.host.step
         rollouts = self.async_rollouts if self.asynchronous else self.sync_rollouts
@@ -300,8 +291,7 @@ class Run:
         self.skipped += int(metrics.get("actor/skipped_steps", 0))
         if self.monitor.should_rollback:
             self.stop_producer()  # its batches came from discarded parameters
-            lora = self.config.model.lora
-            metrics |= roll_back(self.checkpointer, self.monitor, state, self.engine, step, lora)
+            metrics |= self.checkpoints.roll_back(step)
         metrics |= self.monitor.metrics()
         calls = self.async_rollouts.consumed_calls if self.asynchronous else self.policy.calls
         self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, calls
@@ -344,16 +334,7 @@ class Run:
     def save(self, *, force: bool = False) -> bool:
         """Checkpoint the state at the current step if due (or ``force``). The metrics written so
         far are flushed to disk first: every step a checkpoint covers keeps its scalars."""
-        step = self.host.step
-        if not force and not self.checkpointer.should_save(step):
-            return False
-        if self.pieces.writer_opened is not None:
-            self.writer.flush()
-        good = self.monitor.mark_checkpoint(step)
-        host = dataclasses.asdict(self.host)
-        return self.checkpointer.save(
-            step, self.train_state().as_tree(), host, force=True, good=good
-        )
+        return self.checkpoints.save(self.host, force=force)
 
     def check_stop(self, at: tuple[int, int] | None = None) -> None:
         """A safe point: once SIGTERM or SIGINT has arrived, raise :class:`Stopped`, naming the
@@ -367,9 +348,7 @@ class Run:
         evaluation it reads from the record)."""
         t = self.config.trainer
         self.stop_producer()
-        if self.host.step == 0 and 0 not in self.checkpointer.all_steps():
-            self.save(force=True)  # cloning only: keep the cloned policy
-        self.checkpointer.wait()
+        self.checkpoints.save_cloned(self.host)  # cloning only: keep the cloned policy
         if not self.done:
             return self._summary({})
         untouched = not self.history and not self._cloned  # trained no further in this start
@@ -412,11 +391,7 @@ class Run:
         """After :class:`Stopped`: save the RL state if there is one (cloned or trained) that no
         checkpoint holds, wait for every save, and return the summary saying where it stopped."""
         self.stop_producer()
-        if (
-            self.host.step > 0 or self._cloned
-        ) and self.host.step not in self.checkpointer.all_steps():
-            self.save(force=True)
-        self.checkpointer.wait()
+        self.checkpoints.save_unsaved(self.host, cloned=self._cloned)
         return self._summary({}, stopped=str(stop))
 
     def _summary(self, final_eval: dict[str, float], stopped: str | None = None) -> Summary:
