@@ -352,7 +352,7 @@ def audit_state(run: Run, label: str, audits: dict[str, Any]) -> None:
     trees = {"params": state.params, "opt_state": state.opt_state}
     if state.ref_params is not None:
         trees["ref_params"] = state.ref_params
-    if run._sampler is not None:
+    if run.pieces.sampler is not None:
         trees["sampler_params"] = run.engine.params
     audits[label] = {name: audit_tree(tree, mesh_of(run)) for name, tree in trees.items()}
 
@@ -383,11 +383,11 @@ def init_probe(found: dict[str, Any]) -> Iterator[None]:
 
 def clone_step(run: Run, clock: CompileClock, report: dict[str, Any]) -> None:
     """One cloning step through ``Run.clone``. Two of its hooks are wrapped to observe it: the
-    step's clock starts when ``_cloning_start`` returns the starting state, and the state after
-    the step (parameters and the cloning optimizer's state) is audited in ``_cloning_step``."""
+    step's clock starts when ``cloning.start`` returns the starting state, and the state after
+    the step (parameters and the cloning optimizer's state) is audited in ``cloning.after_step``."""
     phase: dict[str, Any] = {}
     started: list[float] = []
-    start_hook, step_hook = run._cloning_start, run._cloning_step
+    start_hook, step_hook = run.cloning.start, run.cloning.after_step
 
     def start(job):
         state = start_hook(job)
@@ -406,7 +406,7 @@ def clone_step(run: Run, clock: CompileClock, report: dict[str, Any]) -> None:
         }
         step_hook(job, state)
 
-    run._cloning_start, run._cloning_step = start, after
+    run.cloning.start, run.cloning.after_step = start, after
     with timed(phase, clock):
         metrics = run.clone()
     phase["loss"] = metrics["sft/final_loss"]

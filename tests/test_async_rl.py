@@ -20,6 +20,7 @@ import time
 import pytest
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.async_rollouts import AsyncRollouts
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import train
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
@@ -144,23 +145,23 @@ def test_partial_rollouts_mix_versions_within_the_bound(tmp_path, monkeypatch):
     bound holds at every step (staleness ≤ 1), evaluation at step 2 runs with the producer
     paused, and the thread is joined at the end."""
     calls: collections.Counter[int] = collections.Counter()
-    switch, publish = Run._switch_to_newest, Producer.publish
-    runs: list[Run] = []
+    switch, publish = AsyncRollouts.switch_to_newest, Producer.publish
+    runs: list[AsyncRollouts] = []
 
     def held_switch(self):
         runs[:] = [self]
-        step = self._producing_step
+        step = self.producing_step
         calls[step] += 1
         if step == 2 and calls[step] == 2:
-            wait_until(lambda: self._producer.newest()[1] >= 1)
+            wait_until(lambda: self.producer.newest()[1] >= 1)
         switch(self)
 
     def held_publish(self, params, version):
         if version == 1:
-            wait_until(lambda: runs and runs[0]._producing_step >= 2)
+            wait_until(lambda: runs and runs[0].producing_step >= 2)
         publish(self, params, version)
 
-    monkeypatch.setattr(Run, "_switch_to_newest", held_switch)
+    monkeypatch.setattr(AsyncRollouts, "switch_to_newest", held_switch)
     monkeypatch.setattr(Producer, "publish", held_publish)
     settings = ("trainer.max_staleness=1", "trainer.partial_rollouts=true")
     summary = train(config(tmp_path, 3, *settings), console=False)
@@ -226,7 +227,7 @@ def test_a_producer_exception_reaches_the_trainer_and_the_thread_is_joined(tmp_p
     def crash(self, *args, **kwargs):
         raise boom
 
-    monkeypatch.setattr(Run, "_produce", crash)
+    monkeypatch.setattr(AsyncRollouts, "produce", crash)
     result: list[BaseException] = []
 
     def target():

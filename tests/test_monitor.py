@@ -179,7 +179,8 @@ def test_a_rollback_forgets_the_history_after_the_restored_step():
     window keeps [1, 1, 1, 100, 100, 100], median 50.5, and the spike at step 9 goes unseen."""
     import jax.numpy as jnp
 
-    from arlarena_jax.train.run import TrainState, roll_back
+    from arlarena_jax.train.learner import roll_back
+    from arlarena_jax.train.run_state import TrainState
 
     settings = MonitorSettings(window=6, min_history=3, rollback=True, rollback_after=3)
     monitor = StabilityMonitor(settings)

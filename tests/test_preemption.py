@@ -184,7 +184,7 @@ def test_a_cloning_killed_hard_continues_from_its_last_save(
     def no_playing(*args, **kwargs):
         raise AssertionError("the demonstrations were played again")
 
-    monkeypatch.setattr("arlarena_jax.train.run.demonstrations", no_playing)
+    monkeypatch.setattr("arlarena_jax.train.cloning.demonstrations", no_playing)
     config = load_config(CONFIG, [*overrides(shared, tmp_path), every_step])
     with Run(config, console=False) as run:
         run.start()  # clones on from the save, evaluates, saves step 0

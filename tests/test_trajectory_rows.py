@@ -222,7 +222,7 @@ def test_schedules_count_one_row_per_trajectory_under_trajectory_rows():
     import math
 
     from arlarena_jax.train.config_io import load_config
-    from arlarena_jax.train.run import optimizer_steps
+    from arlarena_jax.train.learner import optimizer_steps
 
     config = load_config("configs/math/base_tiny.yaml")
     env, t = config.env, config.trainer

@@ -255,7 +255,7 @@ def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: M
         s.max_new_tokens,
         enable_thinking=s.enable_thinking,
         stop_strings=tuple(s.stop_strings),
-        seed=rl_stream_seed(config),  # the evaluation copy reseeds it (run.eval_policy)
+        seed=rl_stream_seed(config),  # the evaluation copy reseeds it (evaluation.eval_policy)
     )
     return engine, policy
 

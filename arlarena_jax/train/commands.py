@@ -183,8 +183,8 @@ def eval_command(args: argparse.Namespace) -> int:
         path = write_records(Path(args.episodes_out), run.last_eval_episodes)
         print(f"per-episode outcomes: {path}")
     if getattr(args, "transcripts_out", None):
+        from arlarena_jax.train.evaluation import eval_seeds
         from arlarena_jax.train.held_out import write_records
-        from arlarena_jax.train.run import eval_seeds
         from arlarena_jax.train.transcripts import episode_transcripts
 
         records = episode_transcripts(rollout, eval_seeds(config))

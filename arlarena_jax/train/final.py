@@ -45,6 +45,18 @@ def write_final(run_dir: str | Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def final_record(
+    run_dir: str | Path, step: int, sft_success: float | None, untouched: bool
+) -> dict[str, Any]:
+    """The record to finish ``step`` with: ``run_dir/final.json`` when it is of that step and the
+    run is ``untouched`` (this start resumed from it and trained no further: a stop during the
+    export left it), else a new record of the step."""
+    record = read_final(run_dir)
+    if record is not None and record["step"] == step and untouched:
+        return record | dict(complete=False)
+    return dict(step=step, final_eval=None, sft_success=sft_success, exported=False, complete=False)
+
+
 def valid_checkpoints(directory: str | Path) -> list[int]:
     """The step folders of ``directory`` that verify (metadata only; no arrays read), oldest
     first; none for a missing directory."""

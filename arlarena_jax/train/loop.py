@@ -44,7 +44,8 @@ from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.held_out import describe, run_change
-from arlarena_jax.train.run import Run, Stopped, Summary, complete_summary
+from arlarena_jax.train.run import Run, Summary, complete_summary
+from arlarena_jax.train.stops import Stopped
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
 
