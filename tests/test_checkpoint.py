@@ -17,12 +17,8 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from arlarena_jax.models import QwenForCausalLM, make_mesh, preset, shard_model
-from arlarena_jax.train.checkpoint import (
-    Checkpointer,
-    CheckpointError,
-    PreemptionGuard,
-    abstract_like,
-)
+from arlarena_jax.train.checkpoint import Checkpointer, CheckpointError, abstract_like
+from arlarena_jax.train.preemption import PreemptionGuard
 
 CONFIG = preset("tiny", vocab_size=64, num_hidden_layers=1)
 OPTIMIZER = optax.adamw(1e-3)

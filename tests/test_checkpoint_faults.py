@@ -21,14 +21,9 @@ import numpy as np
 import pytest
 
 from arlarena_jax.arena.report.events import read_events
-from arlarena_jax.train.checkpoint import (
-    DELETING,
-    QUARANTINE,
-    Checkpointer,
-    CheckpointError,
-    fallback_notice,
-    verify_step,
-)
+from arlarena_jax.train.checkpoint import Checkpointer, CheckpointError
+from arlarena_jax.train.checkpoint_folders import DELETING, QUARANTINE
+from arlarena_jax.train.checkpoint_verify import fallback_notice, verify_step
 from arlarena_jax.train.metrics import MetricsWriter, read_scalars
 
 NODE_MAGIC = bytes.fromhex("0cdb20de")  # OCDBT B-tree / version-tree node files
@@ -266,9 +261,9 @@ def test_a_step_is_pruned_only_once_keep_newer_steps_verify(tmp_path):
     save_steps(tmp_path, [1, 2, 3], keep=3)
     with Checkpointer(tmp_path, keep=2) as ckpt:
         remove_commit_marker(tmp_path / "3")
-        ckpt._prune(1)  # orbax's pruning: only step 2 of the newer ones is valid
+        ckpt.folders.prune(1)  # orbax's pruning: only step 2 of the newer ones is valid
         assert (tmp_path / "1").is_dir()
-        ckpt._prune(2)  # fewer than `keep` newer valid steps: also kept
+        ckpt.folders.prune(2)  # fewer than `keep` newer valid steps: also kept
         assert (tmp_path / "2").is_dir()
 
 
@@ -277,7 +272,7 @@ import asyncio, os, sys, time
 from pathlib import Path
 import jax, jax.numpy as jnp
 from orbax.checkpoint._src.path import atomicity
-from arlarena_jax.train import checkpoint as ck
+from arlarena_jax.train import checkpoint as ck, checkpoint_folders as folders
 from arlarena_jax.train.metrics import MetricsWriter
 
 directory, moment, kill_at = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -299,9 +294,9 @@ def arm():
     if moment == "save":
         atomicity.AtomicRenameTemporaryPath.finalize = finalize_slowly
     elif moment == "prune":
-        ck._remove_tree = remove_half
+        folders._remove_tree = remove_half
     elif moment == "commit":  # the new step committed, the old one not yet pruned
-        ck.Checkpointer._prune = hold
+        folders.StepFolders.prune = hold
 
 with ck.Checkpointer(directory / "ckpt", keep=2) as c, MetricsWriter(directory / "tb") as w:
     for s in range(1, kill_at + 1):

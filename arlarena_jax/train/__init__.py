@@ -2,4 +2,4 @@
 
 from arlarena_jax.tensorboardx_import import import_tensorboardx
 
-import_tensorboardx()  # before metrics.py and checkpoint.py import from it (see that module)
+import_tensorboardx()  # before metrics.py and checkpoint_verify.py import from it (see that module)

@@ -1,4 +1,4 @@
-"""Orbax checkpoints of a training run, and a SIGTERM/SIGINT guard for clean pre-emption.
+"""Orbax checkpoints of a training run: :class:`Checkpointer` saves, restores and prunes them.
 
 A checkpoint at step ``s`` is the directory ``<dir>/<s>/`` with three orbax items:
 
@@ -17,25 +17,15 @@ Orbax writes a step into ``<s>.orbax-checkpoint-tmp-*`` and renames it when ever
 so a crashed save leaves only a temporary directory, which :meth:`Checkpointer.latest_step`
 ignores and a new :class:`Checkpointer` deletes (in the background, done before its first save).
 
-Crash safety. A step is valid (:func:`verify_step`) when its commit marker
-(``commit_success.txt``), orbax's ``_CHECKPOINT_METADATA`` with a commit time and its three items
-are present and readable: ``host`` and ``meta`` JSON, ``state/_METADATA``, the OCDBT manifests
-(magic, length and CRC-32C) and the header of every OCDBT node file. The check reads only metadata
-and headers. Before restoring a step, :meth:`Checkpointer.restore_latest_valid` walks its OCDBT
-index: a node or array value whose file is gone is ``missing``, one whose file is shorter than its
-byte range ``truncated``, a node that fails its CRC-32C (or a value orbax cannot decode)
-``unreadable``; it then falls back to the previous step, moves the bad one to
-``<dir>/quarantine/<step>-<reason>`` and reports the file and the reason in one line. When a
-:class:`Checkpointer` starts and before each save, an invalid step folder is either the remains of
-an interrupted deletion (``keep`` newer valid steps exist), which is finished off, or else moved
-aside to ``<dir>/quarantine/<step>-<reason>`` (never deleted) and reported in one line. A step is
-pruned only once ``keep`` newer valid steps exist, by an atomic rename into ``<dir>/.deleting/``
-followed by the removal of that folder, so a kill mid-prune leaves either the whole step or an
-entry of ``.deleting`` that the next start or save removes. Old steps are deleted only after the
-new one is committed. Saves are asynchronous:
-:meth:`Checkpointer.save` returns once the arrays are copied to host memory (the train state may
-then be donated), :meth:`Checkpointer.wait` blocks until the files are written. On several hosts
-every process calls ``save`` and ``restore``.
+Crash safety: which steps are whole is :mod:`~arlarena_jax.train.checkpoint_verify` (the cheap
+check of every step, the walk of a step's array data before it is restored); what happens to the
+others, and how old steps are pruned, is :mod:`~arlarena_jax.train.checkpoint_folders`.
+:meth:`Checkpointer.restore_latest_valid` falls back to the previous step when the newest does
+not restore, moves the bad one to ``<dir>/quarantine/<step>-<reason>`` and reports the file and
+the reason in one line. Saves are asynchronous: :meth:`Checkpointer.save` returns once the arrays
+are copied to host memory (the train state may then be donated), :meth:`Checkpointer.wait` blocks
+until the files are written. On several hosts every process calls ``save`` and ``restore``.
+SIGTERM/SIGINT: :class:`~arlarena_jax.train.preemption.PreemptionGuard`.
 
 The final policy in Hugging Face format is not an orbax checkpoint: the trainer calls
 ``arlarena_jax.models.save_pretrained(model, directory)`` (``config.json`` + safetensors).
@@ -43,38 +33,35 @@ The final policy in Hugging Face format is not an orbax checkpoint: the trainer 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
-import signal
-import struct
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import tensorstore as ts
 from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from orbax.checkpoint.checkpoint_managers import preservation_policy as keep_policy
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as save_policy
-from tensorboardX.crc32c import crc32c
 
-from arlarena_jax.train.layout import COMMIT_MARKER
+from arlarena_jax.train.checkpoint_folders import GuardedDeleter, StepFolders
+from arlarena_jax.train.checkpoint_verify import (
+    Damage,
+    Fallback,
+    damage_text,
+    fallback_notice,
+    read_json,
+    scan_state,
+    unreadable,
+    verify_step,
+)
 
 PyTree = Any
 log = logging.getLogger(__name__)
-
-ITEMS = ("state", "host", "meta")
-QUARANTINE = "quarantine"  # invalid step folders, moved aside for a person to inspect
-DELETING = ".deleting"  # pruned steps, renamed here and then removed
-_MANIFEST_MAGIC, _NODE_MAGIC = 0x0CDB3A2A, 0x0CDB20DE  # OCDBT manifest / B-tree and version nodes
 
 
 class CheckpointError(RuntimeError):
@@ -152,31 +139,6 @@ def _jsonable(value: Any, where: str = "host_state") -> Any:
     raise CheckpointError(f"{where} of type {type(value).__name__} is not JSON-serialisable")
 
 
-class _Invalid(Exception):
-    """Why a step folder is not a valid checkpoint (a few words)."""
-
-
-class Damage(NamedTuple):
-    """What is wrong with a step's array data: ``reason`` is ``missing``, ``truncated`` or
-    ``unreadable``; ``file`` the file at fault, relative to the step folder (``state`` where none
-    is known); ``detail`` a few words (the sizes, or the reader's error)."""
-
-    reason: str
-    file: str
-    detail: str = ""
-
-
-class Fallback(NamedTuple):
-    """A step that failed to restore, why (a :class:`Damage` reason, the file, the detail) and
-    where its folder was moved (``<dir>/quarantine/<step>-<reason>``)."""
-
-    step: int
-    reason: str
-    file: str
-    detail: str
-    moved_to: str
-
-
 class Restored(NamedTuple):
     """What :meth:`Checkpointer.restore_latest_valid` restored, and the newer steps it skipped."""
 
@@ -184,211 +146,6 @@ class Restored(NamedTuple):
     train_state: PyTree
     host_state: dict
     skipped: tuple[Fallback, ...] = ()
-
-
-def _json(path: epath.Path, what: str) -> dict:
-    """The JSON object in ``path``, or :class:`_Invalid` naming ``what``."""
-    try:
-        value = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise _Invalid(f"no {what}") from None
-    except ValueError:  # bad JSON or bad UTF-8
-        raise _Invalid(f"unreadable {what}") from None
-    if not isinstance(value, dict):
-        raise _Invalid(f"unreadable {what}")
-    return value
-
-
-def _check_manifest(path: epath.Path, what: str) -> None:
-    """An OCDBT manifest: magic number, total length and the trailing CRC-32C of the rest."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise _Invalid(f"no {what}") from None
-    ok = len(data) >= 16 and struct.unpack(">I", data[:4])[0] == _MANIFEST_MAGIC
-    ok = ok and struct.unpack("<Q", data[4:12])[0] == len(data)
-    if not (ok and struct.unpack("<I", data[-4:])[0] == crc32c(data[:-4])):
-        raise _Invalid(f"truncated or corrupt {what}")
-
-
-def _check_data_file(path: epath.Path, what: str) -> None:
-    """An OCDBT data file: not empty, and its leading nodes (B-tree and version-tree nodes, each
-    framed by magic number and length) fit in it. A data file may hold several nodes and raw
-    array values back to back; raw values (zstd frames) carry no length, so the walk stops at
-    the first one; their byte ranges are checked before a restore (:func:`_scan_state`)."""
-    size, offset = path.stat().length, 0
-    if not size:
-        raise _Invalid(f"empty {what}")
-    with path.open("rb") as f:
-        while offset + 12 <= size:
-            f.seek(offset)
-            head = f.read(12)
-            if len(head) < 12 or struct.unpack(">I", head[:4])[0] != _NODE_MAGIC:
-                return
-            length = struct.unpack("<Q", head[4:12])[0]
-            if length < 16:
-                raise _Invalid(f"corrupt {what}")
-            offset += length
-    if offset > size:
-        raise _Invalid(f"truncated {what}")
-
-
-def _check_state(state: epath.Path) -> None:
-    """The ``state`` item: ``_METADATA``, the OCDBT manifests and data file headers."""
-    if not state.is_dir():
-        raise _Invalid("no state item")
-    tree = _json(state / "_METADATA", "state/_METADATA")
-    if not isinstance(tree.get("tree_metadata"), dict):
-        raise _Invalid("unreadable state/_METADATA")
-    if not tree.get("use_ocdbt", True):
-        return
-    _check_manifest(state / "manifest.ocdbt", "state/manifest.ocdbt")
-    for manifest in sorted(state.glob("ocdbt.process_*/manifest.ocdbt")):
-        _check_manifest(manifest, f"state/{manifest.parent.name}/manifest.ocdbt")
-    for data in sorted([*state.glob("d/*"), *state.glob("ocdbt.process_*/d/*")]):
-        _check_data_file(data, f"data file {data.parent.parent.name}/d/{data.name}")
-
-
-def _check_step(path: epath.Path) -> None:
-    if not path.is_dir():
-        raise _Invalid("not a directory")
-    if not (path / COMMIT_MARKER).exists():
-        raise _Invalid("no commit marker")
-    if not _json(path / "_CHECKPOINT_METADATA", "checkpoint metadata").get(
-        "commit_timestamp_nsecs"
-    ):
-        raise _Invalid("checkpoint metadata without a commit time")
-    for item in ITEMS:
-        if not (path / item).is_dir():
-            raise _Invalid(f"no {item} item")
-    _json(path / "host" / "metadata", "host item")
-    meta = _json(path / "meta" / "metadata", "meta item")
-    if not isinstance(meta.get("prng_keys"), dict) or "good" not in meta:
-        raise _Invalid("unreadable meta item")
-    _check_state(path / "state")
-
-
-def verify_step(path: str | Path | epath.Path) -> str | None:
-    """None if the step folder ``path`` holds a complete committed checkpoint, else why not (a
-    few words). Cheap: markers, metadata, JSON items and file headers; no array data is read."""
-    try:
-        _check_step(epath.Path(path))
-    except _Invalid as bad:
-        return str(bad)
-    except OSError as err:
-        return f"unreadable ({err.strerror or type(err).__name__})"
-    return None
-
-
-class _Scan(NamedTuple):
-    """The array data of a step checked against its OCDBT index: the first :class:`Damage` found
-    (None: every referenced byte range is on disk), and the file holding each stored key."""
-
-    damage: Damage | None
-    files: dict[str, str]
-
-
-def _ocdbt_location(location: str) -> tuple[str, int]:
-    """``<kind>:<base path>:<relative path>:<offset>:<length>`` (tensorstore's dump notation):
-    the file (relative to the OCDBT directory) and the end of the byte range."""
-    _, rest = location.split(":", 1)
-    path, offset, length = rest.rsplit(":", 2)
-    return path.replace(":", "", 1), int(offset) + int(length)
-
-
-def _kvstore(directory: epath.Path) -> ts.KvStore:
-    url = str(directory).rstrip("/") + "/"
-    return ts.KvStore.open(url if "://" in url else f"file://{url}").result()
-
-
-class _Walk:
-    """The B+tree walk of :func:`_scan_state`: every node and out-of-line value it references
-    must lie within its file (``missing``/``truncated``) and every node must decode (its CRC-32C
-    and compression are checked by tensorstore: ``unreadable``)."""
-
-    def __init__(self, state: epath.Path) -> None:
-        self.state, self.base = state, _kvstore(state)
-        self.sizes: dict[str, int | None] = {}
-        self.files: dict[str, str] = {}
-
-    def _range(self, location: str) -> tuple[str, Damage | None]:
-        path, end = _ocdbt_location(location)
-        name = f"state/{path}"
-        if path not in self.sizes:
-            try:
-                self.sizes[path] = (self.state / path).stat().length
-            except FileNotFoundError:
-                self.sizes[path] = None
-        size = self.sizes[path]
-        if size is None:
-            return name, Damage("missing", name)
-        return name, Damage("truncated", name, f"{size} of {end} bytes") if size < end else None
-
-    def node(self, location: str, prefix: bytes) -> Damage | None:
-        name, damage = self._range(location)
-        if damage:
-            return damage
-        try:
-            node = ts.ocdbt.dump(self.base, location).result()
-        except Exception as err:  # a bad CRC-32C, zstd frame or encoding
-            return Damage("unreadable", name, _reason(err))
-        for entry in node.get("entries", []):
-            key = prefix + entry.get("key", b"")
-            if "location" in entry:  # an interior node: its child's keys drop the common prefix
-                damage = self.node(entry["location"], prefix + entry["subtree_common_prefix"])
-            elif "indirect_value" in entry:
-                self.files[key.decode("utf-8", "replace")], damage = self._range(
-                    entry["indirect_value"]
-                )
-            else:
-                self.files[key.decode("utf-8", "replace")] = name
-            if damage:
-                return damage
-        return None
-
-
-def _scan_state(step_dir: epath.Path) -> _Scan:
-    """Check the ``state`` item's array data against orbax's index before it is restored.
-
-    Orbax records no file sizes of its own (``_METADATA`` and ``array_metadatas`` hold shapes and
-    chunk shapes only); the sizes come from the OCDBT index, read with tensorstore's public
-    ``ts.ocdbt.dump``: the manifest's newest version names the root B+tree node, each node names
-    its children and the out-of-line values (raw zstd chunks) as (file, offset, length). A file
-    not on disk is ``missing``, one shorter than a range in it ``truncated``, a node that does not
-    decode ``unreadable``. Limits: raw values carry no checksum, so a flipped bit inside one is
-    found only if decoding it fails (orbax's restore, see :func:`_unreadable`) and otherwise goes
-    unnoticed; a database whose versions sit in version-tree nodes (not written by orbax) and one
-    without OCDBT are not walked."""
-    state = step_dir / "state"
-    try:
-        if not json.loads((state / "_METADATA").read_text()).get("use_ocdbt", True):
-            return _Scan(None, {})
-        walk = _Walk(state)
-    except Exception as err:
-        return _Scan(Damage("unreadable", "state", _reason(err)), {})
-    try:
-        manifest = ts.ocdbt.dump(walk.base).result()
-    except Exception as err:
-        return _Scan(Damage("unreadable", "state/manifest.ocdbt", _reason(err)), {})
-    versions = manifest.get("versions") or [{}]
-    root = versions[-1].get("root", {}).get("location")
-    return _Scan(walk.node(root, b"") if root else None, walk.files)
-
-
-def _unreadable(err: BaseException, files: dict[str, str]) -> Damage:
-    """The :class:`Damage` of a step whose files are all there but fail to restore: the file that
-    holds the key tensorstore names (``Error reading "w/0" ...``), else the ``state`` item."""
-    causes, cause = [], err
-    while cause is not None and len(causes) < 8:
-        causes.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    for cause in causes:
-        found = re.search(r'Error reading "([^"]*)"[^:]*(?:"[^"]*")?: (.*)', str(cause))
-        if found:
-            detail = f"reading {found[1]}: {found[2].splitlines()[0]}"
-            detail = detail if len(detail) <= 120 else detail[:117] + "..."
-            return Damage("unreadable", files.get(found[1], "state"), detail)
-    return Damage("unreadable", "state", _reason(err))
 
 
 def read_params(
@@ -432,70 +189,12 @@ def read_params(
         path / "state",
         args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
     )
-    host = _json(path / "host" / "metadata", "host item")
+    host = read_json(path / "host" / "metadata", "host item")
     return restored[key], host
-
-
-def _reason(err: BaseException) -> str:
-    """One short line for an exception (its type and the start of its first line)."""
-    text = str(err).strip().split("\n", 1)[0].split(" See full", 1)[0]
-    line = f"{type(err).__name__}: {text}" if text else type(err).__name__
-    return line if len(line) <= 160 else line[:157] + "..."
-
-
-def _damage_text(damage: Damage) -> str:
-    """``state/d/ab12 is truncated (1141 of 1940 bytes)``."""
-    detail = f" ({damage.detail})" if damage.detail else ""
-    return f"{damage.file} is {damage.reason}{detail}"
-
-
-def fallback_notice(bad: Fallback, resumed: int) -> str:
-    """The one-line notice of a step skipped on restore, naming its file and why."""
-    damage = Damage(bad.reason, bad.file, bad.detail)
-    return (
-        f"checkpoint step {bad.step} cannot be restored: {_damage_text(damage)}; resuming from "
-        f"step {resumed} (step {bad.step} moved to {bad.moved_to})"
-    )
-
-
-def _slug(reason: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-")[:48] or "invalid"
-
-
-def _remove_tree(path: epath.Path) -> None:
-    """Remove a file or a directory tree (a missing one is fine)."""
-    if path.is_dir():
-        path.rmtree()
-    elif path.exists():
-        path.unlink()
 
 
 def _stderr(message: str) -> None:
     print(f"arlarena: {message}", file=sys.stderr, flush=True)
-
-
-def _sync(name: str) -> None:
-    """A barrier across processes after the primary host moved step folders (multi-host only)."""
-    if jax.process_count() > 1:
-        ocp.multihost.sync_global_processes(f"arlarena_checkpoint_{name}")
-
-
-class _GuardedDeleter:
-    """Orbax's deleter of pruned steps, replaced so that a step goes only once ``keep`` newer
-    valid steps exist, and by an atomic rename (see :meth:`Checkpointer._prune`)."""
-
-    def __init__(self, owner: Checkpointer) -> None:
-        self._owner = owner
-
-    def delete(self, step: int) -> None:
-        self._owner._prune(step)
-
-    def delete_steps(self, steps: list[int]) -> None:
-        for step in steps:
-            self._owner._prune(step)
-
-    def close(self) -> None:
-        pass
 
 
 class Checkpointer:
@@ -528,7 +227,8 @@ class Checkpointer:
                 f"checkpoint directory {self.directory} is not writable: "
                 f"{getattr(err, 'strerror', None) or err}"
             ) from None
-        self._sweep()  # before orbax lists the steps
+        self.folders = StepFolders(self.directory, keep, report)
+        self.folders.sweep()  # before orbax lists the steps
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=save_policy.AnySavePolicy(
                 [
@@ -555,86 +255,23 @@ class Checkpointer:
         self._saving: int | None = None  # the step of the last save started
 
     def _guard_pruning(self) -> None:
-        """Route orbax's pruning through :meth:`_prune`. Orbax has no public hook for it, so this
-        replaces its (private) deleter where it has one of the known shape; another orbax version
-        keeps its own pruning, with a warning (steps are then deleted as orbax does)."""
+        """Route orbax's pruning through :meth:`StepFolders.prune
+        <arlarena_jax.train.checkpoint_folders.StepFolders.prune>`. Orbax has no public hook for
+        it, so this replaces its (private) deleter where it has one of the known shape; another
+        orbax version keeps its own pruning, with a warning (steps are then deleted as orbax
+        does)."""
         deleter = getattr(self._manager, "_checkpoint_deleter", None)
         if deleter is None or not all(hasattr(deleter, m) for m in ("delete", "close")):
             log.warning("orbax %s: crash-safe pruning unavailable, orbax prunes", ocp.__version__)
             return
         deleter.close()
-        self._manager._checkpoint_deleter = _GuardedDeleter(self)
-
-    # -- validity, quarantine and crash-safe deletion -------------------------------------------
-
-    def _path(self, step: int) -> epath.Path:
-        return self.directory / str(step)
-
-    def _step_folders(self) -> dict[int, epath.Path]:
-        """Every entry of the directory named like a step (orbax's temporary folders excluded)."""
-        return {int(p.name): p for p in self.directory.iterdir() if p.name.isdigit()}
-
-    def _quarantine(self, path: epath.Path, reason: str) -> epath.Path:
-        """Move ``path`` to ``<dir>/quarantine/<step>-<reason>`` (a free name); its new path."""
-        base = self.directory / QUARANTINE / f"{path.name}-{_slug(reason)}"
-        target, n = base, 1
-        while target.exists():
-            n += 1
-            target = base.parent / f"{base.name}-{n}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        path.rename(target)
-        return target
-
-    def _remove(self, path: epath.Path) -> None:
-        """Delete a step folder crash-safely: an atomic rename into ``.deleting``, then removal
-        (a kill in between leaves an entry that :meth:`_empty_trash` removes later)."""
-        trash = self.directory / DELETING / f"{path.name}-{uuid.uuid4().hex[:8]}"
-        trash.parent.mkdir(parents=True, exist_ok=True)
-        path.rename(trash)
-        _remove_tree(trash)
-
-    def _empty_trash(self) -> None:
-        trash = self.directory / DELETING
-        if trash.is_dir():
-            for entry in trash.iterdir():
-                _remove_tree(entry)
-
-    def _sweep(self) -> None:
-        """Finish interrupted deletions and move invalid step folders aside (primary host)."""
-        if jax.process_index() == 0:
-            self._empty_trash()
-            valid_newer = 0
-            for step, path in sorted(self._step_folders().items(), reverse=True):
-                reason = verify_step(path)
-                if reason is None:
-                    valid_newer += 1
-                elif valid_newer >= self.keep:  # older than `keep` valid steps: half-deleted
-                    self._remove(path)
-                    self._report(f"checkpoint step {step} was half-deleted ({reason}); removed")
-                else:
-                    moved = self._quarantine(path, reason)
-                    self._report(f"checkpoint step {step} is invalid ({reason}); moved to {moved}")
-        _sync("sweep")
-
-    def _prune(self, step: int) -> None:
-        """Orbax's pruning of ``step``: done only once ``keep`` newer steps verify, else kept
-        (orbax proposes it again after the next save)."""
-        if jax.process_index() != 0:
-            return
-        folders = self._step_folders()
-        if step not in folders:
-            return
-        newer = sum(verify_step(p) is None for s, p in folders.items() if s > step)
-        if newer < self.keep:
-            log.warning("keeping checkpoint step %d: only %d newer valid steps", step, newer)
-            return
-        self._remove(folders[step])
+        self._manager._checkpoint_deleter = GuardedDeleter(self.folders)
 
     def _valid(self, step: int) -> bool:
         """The step verifies, or it is the save in flight (its folder is not yet renamed)."""
         if step == self._saving and self._manager.is_saving_in_progress():
             return True
-        return verify_step(self._path(step)) is None
+        return verify_step(self.folders.path(step)) is None
 
     def valid_steps(self) -> list[int]:
         """The steps that verify (:func:`verify_step`), oldest first."""
@@ -658,7 +295,7 @@ class Checkpointer:
         if not force and not self._manager.should_save(step):
             return False
         self.wait()  # the previous save, and its pruning, are done (orbax's save waits anyway)
-        self._sweep()  # finish interrupted deletions, set invalid steps aside
+        self.folders.sweep()  # finish interrupted deletions, set invalid steps aside
         self._manager.reload()  # and propose steps whose pruning was refused again
         if step in self._manager.all_steps():
             raise CheckpointError(
@@ -701,11 +338,7 @@ class Checkpointer:
         """Delete the checkpoints newer than ``step`` (the abandoned branch after a rollback)."""
         self.wait()
         newer = [s for s in self.all_steps() if s > step]
-        if jax.process_index() == 0:
-            for s in newer:
-                if self._path(s).exists():
-                    self._remove(self._path(s))
-        _sync("discard")
+        self.folders.discard(newer)
         self._manager.reload()
         return newer
 
@@ -758,15 +391,16 @@ class Checkpointer:
     def restore_latest_valid(self, abstract_train_state: PyTree) -> Restored | None:
         """Restore the newest valid step that restores (see :meth:`restore`), or None if there is
         no checkpoint. Each step's array data is first checked against its index
-        (:func:`_scan_state`: a file missing or truncated); a step that fails that check or
-        orbax's restore (``unreadable``) is skipped (listed in ``Restored.skipped``) and, once an
-        older one has restored, moved to ``quarantine/<step>-<reason>`` and reported in one line
-        (``report``). A target that does not fit the checkpoint raises :class:`CheckpointError` at
-        once; if no step restores, nothing is moved and the newest step's error is raised."""
+        (:func:`~arlarena_jax.train.checkpoint_verify.scan_state`: a file missing or truncated); a
+        step that fails that check or orbax's restore (``unreadable``) is skipped (listed in
+        ``Restored.skipped``) and, once an older one has restored, moved to
+        ``quarantine/<step>-<reason>`` and reported in one line (``report``). A target that does
+        not fit the checkpoint raises :class:`CheckpointError` at once; if no step restores,
+        nothing is moved and the newest step's error is raised."""
         self.wait()
         failed: list[tuple[int, Damage]] = []
         for step in reversed(self.valid_steps()):
-            scan = _scan_state(self._path(step))
+            scan = scan_state(self.folders.path(step))
             if scan.damage is not None:
                 failed.append((step, scan.damage))
                 continue
@@ -775,9 +409,9 @@ class Checkpointer:
             except CheckpointError:
                 raise
             except Exception as err:  # corrupt data: orbax and tensorstore raise many types
-                failed.append((step, _unreadable(err, scan.files)))
+                failed.append((step, unreadable(err, scan.files)))
                 continue
-            skipped = tuple(self._set_aside(bad, damage) for bad, damage in failed)
+            skipped = tuple(self.folders.set_aside(bad, damage) for bad, damage in failed)
             if skipped:
                 self._manager.reload()
             for bad in skipped:
@@ -787,17 +421,9 @@ class Checkpointer:
             step, damage = failed[0]
             raise CheckpointError(
                 f"no checkpoint in {self.directory} can be restored; step {step}: "
-                f"{_damage_text(damage)}"
+                f"{damage_text(damage)}"
             )
         return None
-
-    def _set_aside(self, step: int, damage: Damage) -> Fallback:
-        """Quarantine a step that failed to restore (primary host); its :class:`Fallback`."""
-        moved = self.directory / QUARANTINE / f"{step}-{damage.reason}"
-        if jax.process_index() == 0 and self._path(step).exists():
-            moved = self._quarantine(self._path(step), damage.reason)
-        _sync("set_aside")
-        return Fallback(step, damage.reason, damage.file, damage.detail, str(moved))
 
     def reached_preemption(self, step: int) -> bool:
         """JAX's multi-host pre-emption sync point (False without ``jax.distributed``)."""
@@ -811,45 +437,10 @@ class Checkpointer:
         """Wait for the pending save (and its pruning) and empty ``.deleting``."""
         self._manager.close()
         if jax.process_index() == 0:
-            self._empty_trash()
+            self.folders.empty_trash()
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class PreemptionGuard:
-    """``with PreemptionGuard() as guard:`` … ``if guard.requested: save(force=True); break``.
-
-    SIGTERM (and SIGINT with ``sigint=True``) only sets ``requested`` (and ``signal``), so the loop
-    saves at the next step boundary and exits cleanly; a second SIGINT raises
-    ``KeyboardInterrupt``. The previous handlers come back on exit. Main thread only. On several
-    hosts, combine with :meth:`Checkpointer.reached_preemption` so all processes stop together.
-    """
-
-    def __init__(self, *, sigint: bool = False) -> None:
-        self.signals = (signal.SIGTERM, signal.SIGINT) if sigint else (signal.SIGTERM,)
-        self.requested = False
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested, self.signal = True, signum
-
-    def __enter__(self) -> PreemptionGuard:
-        try:
-            for sig in self.signals:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        except ValueError:
-            self.__exit__()
-            raise CheckpointError("PreemptionGuard must be entered in the main thread") from None
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()

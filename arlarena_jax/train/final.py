@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.train.checkpoint import verify_step
+from arlarena_jax.train.checkpoint_verify import verify_step
 from arlarena_jax.train.layout import checkpoints_dir
 
 FINAL_FILE = "final.json"

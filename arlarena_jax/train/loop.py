@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from arlarena_jax.train import build
-from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.held_out import describe, run_change
+from arlarena_jax.train.preemption import PreemptionGuard
 from arlarena_jax.train.run import Run, Summary, complete_summary
 from arlarena_jax.train.stops import Stopped
 

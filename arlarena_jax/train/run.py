@@ -14,7 +14,7 @@ trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep
   :mod:`arlarena_jax.train.final`; :func:`complete_summary` reads it back) and returns the
   :class:`Summary`.
 
-Stopping: with a :class:`~arlarena_jax.train.checkpoint.PreemptionGuard` (``Run(config,
+Stopping: with a :class:`~arlarena_jax.train.preemption.PreemptionGuard` (``Run(config,
 guard=guard)``), :meth:`Run.check_stop` is called at the safe points of every phase (between
 demonstration chunks, after every cloning step, between evaluation chunks, after every RL step,
 before and after the export) and raises :class:`Stopped` once SIGTERM or SIGINT has arrived; a
@@ -52,7 +52,6 @@ from arlarena_jax.models.lora import merged_model
 from arlarena_jax.rollout.loop import Rollout
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train.async_rollouts import AsyncRollouts
-from arlarena_jax.train.checkpoint import PreemptionGuard
 from arlarena_jax.train.cloning import Cloning
 from arlarena_jax.train.config import Config, resolve, rl_stream_seed
 from arlarena_jax.train.config_io import dump_config
@@ -64,6 +63,7 @@ from arlarena_jax.train.learner import Learner
 from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.pieces import Pieces
+from arlarena_jax.train.preemption import PreemptionGuard
 from arlarena_jax.train.rl_step import SyncRollouts, rl_step
 from arlarena_jax.train.run_checkpoints import RunCheckpoints
 from arlarena_jax.train.run_lock import hold_run_dir
