@@ -94,7 +94,7 @@ def timed_run(path: str, overrides: list[str], k: int, steps: int, run_dir: str)
         while not run.done:
             run.step()
             ends.append(time.perf_counter())
-        run.stop_producer()
+        run.async_rollouts.stop()
         history = run.history[1:]
     per_step = (
         statistics.median(b - a for a, b in itertools.pairwise(ends)) if len(ends) > 1 else 0.0

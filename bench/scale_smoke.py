@@ -353,7 +353,7 @@ def audit_state(run: Run, label: str, audits: dict[str, Any]) -> None:
     if state.ref_params is not None:
         trees["ref_params"] = state.ref_params
     if run.pieces.sampler is not None:
-        trees["sampler_params"] = run.engine.params
+        trees["sampler_params"] = run.pieces.engine.params
     audits[label] = {name: audit_tree(tree, mesh_of(run)) for name, tree in trees.items()}
 
 

@@ -380,7 +380,7 @@ def test_run_flushes_metrics_at_save_and_reports_a_fallback_in_one_line(tmp_path
     with Run(config, console=False) as run:
         for step in (1, 2):
             run.host.step = step
-            run.writer.scalars(step, {"actor/pg_loss": 0.5 * step})
+            run.pieces.writer.scalars(step, {"actor/pg_loss": 0.5 * step})
             assert run.save(force=True)
         # the run still open (a kill now loses nothing): every saved step's scalars are on disk
         assert read_scalars(tmp_path / "tensorboard")["actor/pg_loss"] == [(1, 0.5), (2, 1.0)]
@@ -388,7 +388,7 @@ def test_run_flushes_metrics_at_save_and_reports_a_fallback_in_one_line(tmp_path
     with Run(config, console=False) as run:
         assert run.resume() == 1 and run.host.step == 1
         run.host.step = 2  # step 2 redone, logged in a new event file
-        run.writer.scalars(2, {"actor/pg_loss": 7.0})
+        run.pieces.writer.scalars(2, {"actor/pg_loss": 7.0})
         assert run.save(force=True)
     # each (tag, step) once, with the redone step's value, for the trainer's and the report's reader
     assert read_scalars(tmp_path / "tensorboard")["actor/pg_loss"] == [(1, 0.5), (2, 7.0)]

@@ -20,6 +20,7 @@ from arlarena_jax.train import build
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.held_out import episode_records, held_out_path, write_records
+from arlarena_jax.train.stops import on_any_process
 
 
 def eval_seeds(config: Config) -> list[int]:
@@ -81,6 +82,12 @@ class Evaluation:
             p.writer.scalars(step, metrics)
             self.keep_episodes(step)
         return metrics, rollout
+
+    def missed(self, step: int) -> bool:
+        """Whether the evaluation due at RL step ``step`` is missing (:func:`missed_evaluation`;
+        process 0's files decide, for every process alike)."""
+        c = self.config
+        return evaluates_at(c, step) and on_any_process(missed_evaluation(c, self.run_dir, step))[0]
 
     def keep_episodes(self, step: int) -> None:
         """The last evaluation's per-episode outcomes, as ``held_out/<split>/step_NNNNNN.jsonl``."""

@@ -42,9 +42,10 @@ from typing import Any
 
 from arlarena_jax.train import build
 from arlarena_jax.train.config import Config
+from arlarena_jax.train.finish import Summary, complete_summary
 from arlarena_jax.train.held_out import describe, run_change
 from arlarena_jax.train.preemption import PreemptionGuard
-from arlarena_jax.train.run import Run, Summary, complete_summary
+from arlarena_jax.train.run import Run
 from arlarena_jax.train.stops import Stopped
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again

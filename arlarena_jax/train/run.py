@@ -9,10 +9,11 @@ trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep
 - :meth:`Run.clone` runs behaviour cloning on expert demonstrations;
 - :meth:`Run.evaluate` measures held-out success;
 - :meth:`Run.step` is one RL iteration (rollout, update, sync, monitor, roll back, log);
-- :meth:`Run.save` checkpoints, :meth:`Run.roll_back` restores the last good checkpoint;
+- :meth:`Run.save` checkpoints (a step the stability monitor condemns rolls back to the last good
+  checkpoint: :meth:`~arlarena_jax.train.run_checkpoints.RunCheckpoints.roll_back`);
 - :meth:`Run.finish` evaluates, exports, records the run as complete (``run_dir/final.json``,
-  :mod:`arlarena_jax.train.final`; :func:`complete_summary` reads it back) and returns the
-  :class:`Summary`.
+  :class:`~arlarena_jax.train.finish.Finish`; :func:`~arlarena_jax.train.finish.complete_summary`
+  reads it back) and returns the :class:`~arlarena_jax.train.finish.Summary`.
 
 Stopping: with a :class:`~arlarena_jax.train.preemption.PreemptionGuard` (``Run(config,
 guard=guard)``), :meth:`Run.check_stop` is called at the safe points of every phase (between
@@ -39,28 +40,22 @@ resume; demonstration and evaluation seeds come from disjoint blocks (``build``)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 
-from arlarena_jax.models.lora import merged_model
 from arlarena_jax.rollout.loop import Rollout
-from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train.async_rollouts import AsyncRollouts
 from arlarena_jax.train.cloning import Cloning
 from arlarena_jax.train.config import Config, resolve, rl_stream_seed
 from arlarena_jax.train.config_io import dump_config
-from arlarena_jax.train.critic import exportable_critic
-from arlarena_jax.train.evaluation import Evaluation, evaluates_at, missed_evaluation
-from arlarena_jax.train.export import export_critic, export_hf
-from arlarena_jax.train.final import complete_record, final_record, write_final
+from arlarena_jax.train.evaluation import Evaluation, evaluates_at
+from arlarena_jax.train.finish import Finish, Summary
 from arlarena_jax.train.learner import Learner
-from arlarena_jax.train.metrics import ConsoleProgress, MetricsWriter
+from arlarena_jax.train.metrics import ConsoleProgress
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.pieces import Pieces
 from arlarena_jax.train.preemption import PreemptionGuard
@@ -68,46 +63,7 @@ from arlarena_jax.train.rl_step import SyncRollouts, rl_step
 from arlarena_jax.train.run_checkpoints import RunCheckpoints
 from arlarena_jax.train.run_lock import hold_run_dir
 from arlarena_jax.train.run_state import HostState, TrainState
-from arlarena_jax.train.stops import Stopped, Stops, on_any_process
-
-
-@dataclasses.dataclass
-class Summary:
-    """What a run reports at the end (also printed as a table)."""
-
-    success_after_cloning: float | None
-    success_after_rl: float | None
-    steps: int
-    stability_events: int
-    skipped_updates: int
-    seconds: float
-    run_dir: str
-    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    final_eval: dict[str, float] = dataclasses.field(default_factory=dict)  # val/… at the end
-    stopped: str | None = None  # e.g. "SIGTERM during cloning at step 37 of 260"; None: finished
-    already_complete: bool = False  # the run was complete before this start: nothing was done
-
-
-def complete_summary(config: Config) -> Summary | None:
-    """The summary of a run of ``config`` that its ``final.json`` records as complete
-    (:func:`~arlarena_jax.train.final.complete_record`), read without building anything; None
-    when there is work to do."""
-    t = resolve(config).trainer
-    record = complete_record(t.run_dir, t.total_steps, t.export_hf)
-    if record is None:
-        return None
-    final_eval = record.get("final_eval") or {}
-    return Summary(
-        record.get("sft_success"),
-        final_eval.get("val/success_rate"),
-        record["step"],
-        int(record.get("stability_events", 0)),
-        int(record.get("skipped", 0)),
-        0.0,
-        str(t.run_dir),
-        final_eval=final_eval,
-        already_complete=True,
-    )
+from arlarena_jax.train.stops import Stopped, Stops
 
 
 class Run:
@@ -161,6 +117,8 @@ class Run:
         calls = lambda: self.host.policy_calls  # noqa: E731
         self.async_rollouts = AsyncRollouts(config, p, self.learner, self.rng, calls, closing)
         self._progress = ConsoleProgress(config.trainer.total_steps) if self.console else None
+        evaluate = lambda step: self.evaluate(step)  # noqa: E731 (looked up at each call)
+        self.finishing = Finish(config, self.run_dir, self.learner, p, self.stops, evaluate)
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -181,18 +139,6 @@ class Run:
     @phase.setter
     def phase(self, value: str) -> None:
         self.stops.phase = value
-
-    @property
-    def writer(self) -> MetricsWriter:
-        return self.pieces.writer
-
-    @property
-    def engine(self):
-        return self.pieces.engine
-
-    @property
-    def policy(self) -> SamplerPolicy:
-        return self.pieces.policy
 
     def train_state(self) -> TrainState:
         """The device state, first built from the model's current parameters."""
@@ -223,17 +169,11 @@ class Run:
         unevaluated = resumed == 0 and evaluates and self.host.sft_success is None
         if resumed is None or unevaluated:  # unevaluated: stopped during that evaluation
             self._start_policy()
-        elif resumed > 0 and self._missed_evaluation(resumed):  # a stop during it: redo it
+        elif resumed > 0 and self.evaluation.missed(resumed):  # a stop during it: redo it
             self.phase = "evaluation"
             self.evaluate(resumed)
         self.cloning.remove_checkpoint()
         self.phase = "RL"
-
-    def _missed_evaluation(self, step: int) -> bool:
-        """Whether the evaluation due at ``step`` is missing (process 0's files decide, for
-        every process alike)."""
-        c = self.config
-        return evaluates_at(c, step) and on_any_process(missed_evaluation(c, self.run_dir, step))[0]
 
     def resume(self, step: int | None = None) -> int | None:
         """Restore the newest checkpoint that verifies and restores (device and host state); its
@@ -247,8 +187,8 @@ class Run:
         self.host = HostState(**host)
         self.rng.bit_generator.state = self.host.rng
         if self.pieces.sampler is not None:
-            self.policy.calls = self.host.policy_calls
-            self.engine.update_params(self.learner.sampler_params())
+            self.pieces.policy.calls = self.host.policy_calls
+            self.pieces.engine.update_params(self.learner.sampler_params())
         return step
 
     def clone(self) -> dict[str, float]:
@@ -268,7 +208,7 @@ class Run:
         step 0 (with cloning, or as the first rollback target)."""
         c = self.config
         if self.host.start_eval is not None:  # the shared start's evaluation of these parameters
-            self.writer.scalars(0, self.host.start_eval)
+            self.pieces.writer.scalars(0, self.host.start_eval)
         elif c.trainer.eval_at_start or c.sft.enabled:
             self.phase = "evaluation"
             self.host.start_eval = self.evaluate(0)
@@ -290,10 +230,12 @@ class Run:
         self.events += len(new_events)
         self.skipped += int(metrics.get("actor/skipped_steps", 0))
         if self.monitor.should_rollback:
-            self.stop_producer()  # its batches came from discarded parameters
+            self.async_rollouts.stop()  # its batches came from discarded parameters
             metrics |= self.checkpoints.roll_back(step)
         metrics |= self.monitor.metrics()
-        calls = self.async_rollouts.consumed_calls if self.asynchronous else self.policy.calls
+        calls = (
+            self.async_rollouts.consumed_calls if self.asynchronous else self.pieces.policy.calls
+        )
         self.host.rng, self.host.policy_calls = self.rng.bit_generator.state, calls
         try:  # the step is complete: a stop during its evaluation saves it (a resume redoes it)
             if evaluates_at(self.config, step):
@@ -304,9 +246,9 @@ class Run:
         return metrics
 
     def _record(self, step: int, metrics: dict[str, float], events: list) -> None:
-        self.writer.scalars(step, metrics)
+        self.pieces.writer.scalars(step, metrics)
         for event in events:
-            self.writer.text(step, "stability", event.message)
+            self.pieces.writer.text(step, "stability", event.message)
         self.history.append({"step": float(step), **metrics})
         if self._progress is not None:
             self._progress.update(step, metrics)
@@ -326,11 +268,6 @@ class Run:
         """The last evaluation's outcomes, per episode."""
         return self.evaluation.last_episodes
 
-    def stop_producer(self) -> None:
-        """Stop and join the producer (:meth:`~arlarena_jax.train.async_rollouts.AsyncRollouts.
-        stop`), if one runs."""
-        self.async_rollouts.stop()
-
     def save(self, *, force: bool = False) -> bool:
         """Checkpoint the state at the current step if due (or ``force``). The metrics written so
         far are flushed to disk first: every step a checkpoint covers keeps its scalars."""
@@ -343,54 +280,23 @@ class Run:
 
     def finish(self) -> Summary:
         """Wait for checkpoints; at the end of the schedule evaluate, export and record the run
-        as complete in ``run_dir/final.json`` (``arlarena_jax.train.final``); the summary. A
-        stop during the export stops the run: the next start exports again (the final
+        as complete in ``run_dir/final.json`` (:class:`~arlarena_jax.train.finish.Finish`); the
+        summary. A stop during the export stops the run: the next start exports again (the final
         evaluation it reads from the record)."""
-        t = self.config.trainer
-        self.stop_producer()
+        self.async_rollouts.stop()
         self.checkpoints.save_cloned(self.host)  # cloning only: keep the cloned policy
         if not self.done:
             return self._summary({})
         untouched = not self.history and not self._cloned  # trained no further in this start
-        record = final_record(self.run_dir, self.host.step, self.host.sft_success, untouched)
-        if t.total_steps > 0 and record["final_eval"] is None:
-            self.phase = "the final evaluation"
-            record["final_eval"] = self.evaluate(self.host.step)
-            self._write_final(record)
-        if t.export_hf:
-            self.phase = "export"
-            self.check_stop()
-            self._export()
-            self.check_stop()  # a stop that arrived during the export
-            record["exported"] = True
-        final_eval = record["final_eval"] or {}
-        summary = self._summary(final_eval)
-        record |= dict(
-            complete=True,
-            stability_events=summary.stability_events,
-            skipped=summary.skipped_updates,
-        )
-        self._write_final(record)
+        record = self.finishing.evaluate_and_export(self.host, untouched)
+        summary = self._summary(record["final_eval"] or {})
+        self.finishing.record_complete(record, summary)
         return summary
-
-    def _write_final(self, record: dict[str, Any]) -> None:
-        if jax.process_index() == 0:
-            write_final(self.run_dir, record)
-
-    def _export(self) -> None:
-        """The Hugging Face export of the policy (``run_dir/hf``) and of the critic if any."""
-        state = self.train_state()
-        nnx.update(self.model, state.params)
-        export_hf(self.run_dir / "hf", merged_model(self.model), self.tokenizer, self.config)
-        if state.critic is not None:
-            nnx.update(self.learner.critic_module, state.critic_params)
-            critic = exportable_critic(self.learner.critic_module, self.model)
-            export_critic(self.run_dir / "hf_critic", critic, self.tokenizer)
 
     def stopped(self, stop: Stopped) -> Summary:
         """After :class:`Stopped`: save the RL state if there is one (cloned or trained) that no
         checkpoint holds, wait for every save, and return the summary saying where it stopped."""
-        self.stop_producer()
+        self.async_rollouts.stop()
         self.checkpoints.save_unsaved(self.host, cloned=self._cloned)
         return self._summary({}, stopped=str(stop))
 
