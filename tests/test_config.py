@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.objectives.presets import PRESETS
-from arlarena_jax.train.config import Config, ConfigError, check_numbers, resolve, validate
+from arlarena_jax.train.config import Config
+from arlarena_jax.train.config_checks import check_numbers, validate
 from arlarena_jax.train.config_io import (
     apply_overrides,
     config_from_dict,
@@ -22,6 +24,7 @@ from arlarena_jax.train.config_io import (
     dumps_config,
     load_config,
 )
+from arlarena_jax.train.resolution import resolve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 YAMLS = sorted(p for p in CONFIGS.rglob("*.yaml") if "sweeps" not in p.parts)  # sweeps: test_sweep

@@ -19,7 +19,8 @@ import yaml
 
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.rollout import collect
-from arlarena_jax.train.config import Config, EnvConfig, validate
+from arlarena_jax.train.config import Config, EnvConfig
+from arlarena_jax.train.config_checks import validate
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.demos import demonstrations
 from arlarena_jax.train.loop import train

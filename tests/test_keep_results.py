@@ -96,8 +96,8 @@ def test_a_kept_start_copied_back_without_its_policy_is_cloned_again(tmp_path, m
     saying why) instead of failing the run on a missing policy; cloned again, only the run is
     left."""
     from arlarena_jax.arena import sweep
-    from arlarena_jax.train.config import resolve
     from arlarena_jax.train.config_io import dump_config
+    from arlarena_jax.train.resolution import resolve
     from arlarena_jax.train.start import cloned_policy
 
     path = sweep_file(tmp_path, "methods: [grpo, sapo]\n")

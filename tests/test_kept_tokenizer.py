@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.tokenization import train_tiny
 from arlarena_jax.train import kept_tokenizer as kept
-from arlarena_jax.train.config import ConfigError
 from arlarena_jax.train.config_io import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

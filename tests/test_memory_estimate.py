@@ -14,12 +14,14 @@ from flax import nnx
 from arlarena_jax import cli
 from arlarena_jax.arena.plan import plan
 from arlarena_jax.arena.spec import load_sweep
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.models.config import PRESETS
 from arlarena_jax.models.fetch import EMBEDDED
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.train import memory_estimate as me
-from arlarena_jax.train.config import ConfigError, MeshConfig
+from arlarena_jax.train.config import MeshConfig
 from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.resolution import resolve_run
 
 ROOT = Path(__file__).parents[1]
 SOKOBAN = str(ROOT / "configs/sokoban/sampo_tiny.yaml")
@@ -115,7 +117,7 @@ def test_cloning_and_evaluation_are_checked_without_rl():
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_committed_config_is_accepted_where_it_is_meant_to_run(path):
     config = load_config(path)
-    model = me.run_model(config)
+    model = resolve_run(config).architecture
     if config.model.path in EMBEDDED:  # a CPU config on the embedded model (fetched or not)
         model = PRESETS["smollm2-135m"]
     if config.model.path is None or config.model.path in EMBEDDED:
@@ -168,5 +170,5 @@ def test_several_processes_check_host_terms_only():
 )
 def test_every_committed_sweeps_runs_are_accepted_on_a_cpu_host(path, tmp_path):
     for run in plan(load_sweep(path, out=tmp_path)):
-        model = me.run_model(run.config)
+        model = resolve_run(run.config).architecture
         me.check_memory(run.config, model, CPU_HOST, reference=True, critic=True)

@@ -11,8 +11,9 @@ import pytest
 
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.models import fetch
-from arlarena_jax.train.config import ModelConfig, model_dir, tokenizer_dir
+from arlarena_jax.train.config import ModelConfig
 from arlarena_jax.train.preflight import check_model_path, check_tokenizer_path
+from arlarena_jax.train.resolution import model_dir, tokenizer_dir
 
 NAME = "smollm2-135m-instruct"
 

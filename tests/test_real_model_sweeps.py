@@ -15,8 +15,8 @@ import pytest
 
 from arlarena_jax.arena.plan import PlannedRun, plan
 from arlarena_jax.arena.spec import load_sweep
-from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import config_to_dict
+from arlarena_jax.train.resolution import resolve
 from arlarena_jax.train.start import flatten
 
 SWEEPS = Path(__file__).resolve().parents[1] / "configs" / "sweeps"

@@ -19,8 +19,8 @@ from arlarena_jax.arena import plan, spec
 from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.runs import Run
 from arlarena_jax.errors import ConfigError
-from arlarena_jax.train.config import default_run_dir, resolve, rl_stream_seed
 from arlarena_jax.train.config_io import config_from_dict
+from arlarena_jax.train.resolution import default_run_dir, resolve, rl_stream_seed
 from arlarena_jax.train.start import start_key
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.objectives import presets, ratio
 from arlarena_jax.objectives.batch import TurnBatch, make_batch
 from arlarena_jax.objectives.compose import AdvantageEstimator, chain
-from arlarena_jax.train.config import ConfigError
 from arlarena_jax.train.config_io import apply_overrides, load_config
 
 RTOL = 1e-5
@@ -405,10 +405,10 @@ def test_asynchronous_runs_default_to_truncated_is(overrides, rollout_is, compon
     """trainer.max_staleness > 0 with algorithm.rollout_is left null weights the loss by token
     TIS at rollout_is_threshold (docs/algorithms.md §4.13); a correction set explicitly, or
     ``disabled``, stands; a synchronous run is unchanged."""
-    from arlarena_jax.train.config import method_settings
+    from arlarena_jax.train.resolution import resolve_run
 
     config = apply_overrides(load_config(TINY), overrides)
-    settings_ = method_settings(config)
+    settings_ = resolve_run(config).method
     assert settings_.rollout_is == rollout_is
     names = _names(presets.PRESETS[presets.preset_key("grpo")].build(settings_))
     corrections = {"truncated_is", "sequence_truncated_is"} & set(names)

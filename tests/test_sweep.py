@@ -176,8 +176,8 @@ def test_the_start_key_ignores_rl_keys_and_is_stable_across_sweeps(tmp_path):
 def test_a_run_directory_of_another_config_is_refused(tmp_path):
     path = sweep_file(tmp_path, "methods: [grpo]\nbudget: {rl_steps: 3}\n")
     (run,) = plan.plan(spec.load_sweep(path))
-    from arlarena_jax.train.config import resolve
     from arlarena_jax.train.config_io import dump_config
+    from arlarena_jax.train.resolution import resolve
 
     dump_config(resolve(run.config), run.run_dir / "config.yaml")
     plan.plan(spec.load_sweep(path))  # the same run: accepted

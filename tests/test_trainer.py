@@ -25,12 +25,12 @@ import pytest
 from arlarena_jax.cli import main
 from arlarena_jax.models import load_pretrained
 from arlarena_jax.train import loop
-from arlarena_jax.train.config import resolve
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.finish import Summary
 from arlarena_jax.train.held_out import held_out_path, read_records
 from arlarena_jax.train.loop import summary_table, train
 from arlarena_jax.train.metrics import read_scalars
+from arlarena_jax.train.resolution import resolve
 
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
 SMALL = [

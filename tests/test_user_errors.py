@@ -13,17 +13,13 @@ from pathlib import Path
 import pytest
 
 from arlarena_jax import cli
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.train import build, commands, preflight
 from arlarena_jax.train.checkpoint import CheckpointError
-from arlarena_jax.train.config import (
-    DEVICE_COUNT,
-    ConfigError,
-    EnvCommon,
-    MeshConfig,
-    resolve,
-    validate,
-)
+from arlarena_jax.train.config import DEVICE_COUNT, EnvCommon, MeshConfig
+from arlarena_jax.train.config_checks import validate
 from arlarena_jax.train.config_io import dump_config, load_config
+from arlarena_jax.train.resolution import resolve
 from envs import registry
 
 ROOT = Path(__file__).parents[1]

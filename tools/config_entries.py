@@ -27,6 +27,15 @@ QUICK = [
 ]
 
 
+# The work of resolving and checking, counted from any caller: the method's settings
+# (method_settings before the resolution module, _method_settings after it) and the
+# cross-field checks (validate before; check after, which validate calls).
+WORK = {"method_settings", "_method_settings", "validate", "check"}
+WORK_FILES = tuple(
+    str(Path(f"arlarena_jax/train/{m}.py")) for m in ("config", "config_checks", "resolution")
+)
+
+
 class FirstStep(BaseException):
     """Raised by the profiler as the first RL step begins."""
 
@@ -38,6 +47,7 @@ def count_entries(argv: list[str], modules: list[str]) -> collections.Counter:
 
     counts: collections.Counter = collections.Counter()
     suffixes = tuple(str(Path(m)) for m in modules)
+    work = collections.Counter()  # WORK's functions, from any caller
 
     def profile(frame, event, _arg):
         if event != "call":
@@ -45,6 +55,8 @@ def count_entries(argv: list[str], modules: list[str]) -> collections.Counter:
         code = frame.f_code
         if code.co_name == "step" and code.co_filename.endswith(str(Path("train/run.py"))):
             raise FirstStep
+        if code.co_name in WORK and code.co_filename.endswith(WORK_FILES):
+            work[code.co_name] += 1
         caller = frame.f_back
         inside = caller is not None and caller.f_code.co_filename.endswith(suffixes)
         if code.co_filename.endswith(suffixes) and not inside:  # entered from outside
@@ -57,26 +69,31 @@ def count_entries(argv: list[str], modules: list[str]) -> collections.Counter:
         pass
     finally:
         sys.setprofile(None)
-    return counts
+    return counts, work
 
 
 def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default="configs/sokoban/sampo_tiny.yaml")
     parser.add_argument("overrides", nargs="*")
-    parser.add_argument("--module", action="append", default=["arlarena_jax/train/config.py"])
+    parser.add_argument("--module", action="append", default=[])
     parser.add_argument("--run-dir", default="/tmp/config_entries_run")
     args = parser.parse_args()
+    args.module = args.module or [
+        f"arlarena_jax/train/{m}.py" for m in ("config", "config_checks", "resolution")
+    ]
     import shutil
 
     shutil.rmtree(args.run_dir, ignore_errors=True)
     argv = ["train", args.config, *QUICK, *args.overrides, f"trainer.run_dir={args.run_dir}"]
-    counts = count_entries(argv, args.module)
+    counts, work = count_entries(argv, args.module)
     for name, n in counts.most_common():
         print(f"{n:6d}  {name}")
     print(f"entries into {', '.join(args.module)}: {sum(counts.values())}")
-    for name in ("resolve", "validate"):
-        print(f"{name}: {sum(n for k, n in counts.items() if k.endswith(':' + name))}")
+    settings = work["method_settings"] + work["_method_settings"]
+    print(f"method settings resolved: {settings} times")
+    checked = work["check"] or work["validate"]  # validate calls check where check exists
+    print(f"config checked across fields: {checked} times")
 
 
 if __name__ == "__main__":

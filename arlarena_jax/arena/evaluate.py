@@ -97,9 +97,9 @@ def _keep_tokenizer(trained: Any, config: Any, job_dir: Path) -> Any:
     """``config`` reading the run's own tokenizer where it is a built ``tiny-<env>`` one
     (saved in ``job_dir/tokenizer``; see module doc, 2.); unchanged otherwise."""
     from arlarena_jax.train import build
-    from arlarena_jax.train.config import is_built_tokenizer
     from arlarena_jax.train.config_io import apply_overrides
     from arlarena_jax.train.kept_tokenizer import kept_tokenizer
+    from arlarena_jax.train.resolution import is_built_tokenizer
 
     name = config.model.tokenizer
     if not is_built_tokenizer(name) or name != trained.model.tokenizer:
@@ -113,7 +113,7 @@ def _keep_tokenizer(trained: Any, config: Any, job_dir: Path) -> Any:
 def evaluation_config(run_dir: Path, name: str, overrides: list[str]) -> Any:
     """The checked config of the evaluation (module doc, 1. and 2.)."""
     from arlarena_jax.train import build, preflight
-    from arlarena_jax.train.config import ignored_env_keys
+    from arlarena_jax.train.config_checks import ignored_env_keys
     from arlarena_jax.train.config_io import load_config
 
     _check_request(run_dir, name, overrides)

@@ -226,8 +226,8 @@ def check_existing(run: PlannedRun) -> None:
     """A run directory that already holds a run (its ``config.yaml``) holds this run: the same
     resolved config, so a finished run is never skipped, nor a stopped one resumed, for a sweep
     that now asks for something else."""
-    from arlarena_jax.train.config import resolve
     from arlarena_jax.train.config_io import config_to_dict, load_config
+    from arlarena_jax.train.resolution import resolve
     from arlarena_jax.train.start import flatten
 
     stored_file = run.run_dir / "config.yaml"

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.models import QwenForCausalLM, load_pretrained, make_mesh, preset, shard_model
 from arlarena_jax.models.lora import add_lora, merged_model
 from arlarena_jax.objectives import presets
@@ -28,13 +29,14 @@ from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.sampler import Engine, EngineConfig
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
-from arlarena_jax.train.config import (
-    Config,
-    ConfigError,
-    check_mesh_devices,
+from arlarena_jax.train import resolution
+from arlarena_jax.train.config import Config
+from arlarena_jax.train.config_checks import check_mesh_devices
+from arlarena_jax.train.resolution import (
+    Resolved,
     is_built_tokenizer,
-    method_settings,
     model_dir,
+    resolve_run,
     rl_stream_seed,
     tokenizer_dir,
 )
@@ -58,41 +60,50 @@ EVAL_SEED_BASE = 2**31 + 2**20
 EVAL_SEED_BLOCKS = {"train": 2**29, "test": EVAL_SEED_BASE, "validation": 2**31 + 2**30}
 
 
-def env_spec(config: Config) -> EnvSpec:
-    """The registry entry of ``env.name``; an unregistered name is a one-line ConfigError."""
-    try:
-        return registry.get(config.env.name)
-    except ValueError as error:
-        raise ConfigError(f"config key 'env.name': {error}") from None
+def env_spec(run: Config | Resolved) -> EnvSpec:
+    """The registry entry of ``env.name`` (the resolution's); an unregistered name is a
+    one-line ConfigError."""
+    return _parts(run)[1]
 
 
-def task_format(config: Config) -> TaskFormat:
+def _parts(run: Config | Resolved) -> tuple[Config, EnvSpec]:
+    """The config and the environment's spec: the resolution's, or looked up for a plain
+    Config."""
+    if isinstance(run, Resolved):
+        return run.config, run.env
+    return run, resolution.env_spec(run.env.name)
+
+
+def task_format(run: Config | Resolved) -> TaskFormat:
     """The environment's prompt format named by ``env.prompt``."""
-    return env_spec(config).task_format(config.env)
+    config, spec = _parts(run)
+    return spec.task_format(config.env)
 
 
-def check_data(config: Config, *, training: bool = True) -> None:
+def check_data(run: Config | Resolved, *, training: bool = True) -> None:
     """A one-line ConfigError now, rather than mid-run, when the environment's data is missing:
     its evaluation tasks, and its training tasks when ``training`` or when the tiny tokenizer is
     built from them; and when two of its splits share an episode
     (:func:`envs.registry.check_disjoint`)."""
-    spec = env_spec(config)
+    config, spec = _parts(run)
     spec.task_format(config.env)
     spec.check_data(config.env, training or config.model.tokenizer == f"tiny-{spec.name}")
     if training:
-        check_splits_disjoint(config)
+        check_splits_disjoint(run)
 
 
-def check_splits_disjoint(config: Config) -> None:
+def check_splits_disjoint(run: Config | Resolved) -> None:
     """A one-line ConfigError when two of the environment's splits share an episode
     (:func:`envs.registry.check_disjoint`)."""
-    registry.check_disjoint(env_spec(config), config.env)
+    config, spec = _parts(run)
+    registry.check_disjoint(spec, config.env)
 
 
-def make_envs(config: Config, num_envs: int, split: str = "train") -> EnvBatch:
+def make_envs(run: Config | Resolved, num_envs: int, split: str = "train") -> EnvBatch:
     """``num_envs`` environments of the run's kind playing ``split``'s episodes (``train``,
     ``validation`` or ``test``: ``EnvSpec.make_batch``)."""
-    spec, env = env_spec(config), config.env
+    config, spec = _parts(run)
+    env = config.env
     batch = spec.make_batch(env, num_envs, split)
     native = env.reward == "native" or (
         env.reward == spec.native_reward and not env.reward_normalise
@@ -189,11 +200,12 @@ def _base_model(config: Config, tokenizer: Any, mesh: Mesh | None, seed: int) ->
     return shard_model(model, mesh) if mesh is not None else model
 
 
-def build_objective(config: Config) -> Objective:
-    """The method of ``config.algorithm`` with its resolved settings. An objective reading an
+def build_objective(run: Config | Resolved) -> Objective:
+    """The method of ``algorithm.method`` with its resolved settings. An objective reading an
     input the trainer cannot compute is refused in one line, before anything is built."""
-    method = config.algorithm.method
-    objective = presets.PRESETS[presets.preset_key(method)].build(method_settings(config))
+    run = resolve_run(run)
+    method = run.config.algorithm.method
+    objective = presets.PRESETS[presets.preset_key(method)].build(run.method)
     try:
         check_requirements(objective, TRAINER_INPUTS)
     except ValueError as exc:
@@ -201,10 +213,11 @@ def build_objective(config: Config) -> Objective:
     return objective
 
 
-def row_layout(config: Config) -> TrajectoryRows | None:
+def row_layout(run: Config | Resolved) -> TrajectoryRows | None:
     """The rollout's row layout: ``env.rows``, or the environment's default; None for turn rows
     (docs/environments.md §1.8)."""
-    rows = config.env.rows or env_spec(config).rows[0]
+    config, spec = _parts(run)
+    rows = config.env.rows or spec.rows[0]
     if rows == "turn":
         return None
     return TrajectoryRows(config.env.max_observation_tokens, config.env.max_right_tokens)

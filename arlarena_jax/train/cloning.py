@@ -21,10 +21,11 @@ from pathlib import Path
 import jax
 from flax import nnx
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.models.lora import join_trainable, split_trainable, trainable_part
 from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import Checkpointer, abstract_like, read_params
-from arlarena_jax.train.config import Config, ConfigError
+from arlarena_jax.train.config import Config
 from arlarena_jax.train.config_io import config_to_dict
 from arlarena_jax.train.demos import (
     Demonstration,

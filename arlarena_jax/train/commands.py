@@ -17,10 +17,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from arlarena_jax.train.config import DEVICE_COUNT, Config, ignored_env_keys, resolve
-from arlarena_jax.train.config_io import dumps_config, load_config
+from arlarena_jax.train.config import DEVICE_COUNT
+from arlarena_jax.train.config_checks import ignored_env_keys
+from arlarena_jax.train.config_io import dumps_config, load_run
 from arlarena_jax.train.distributed import distributed_settings, initialize_if_distributed
 from arlarena_jax.train.layout import checkpoints_dir
+from arlarena_jax.train.resolution import Resolved
 
 
 @contextlib.contextmanager
@@ -54,12 +56,13 @@ def _config(
     *,
     training: bool = True,
     runs: bool = True,
-) -> Config:
-    """The checked config; a bad key, a method the trainer cannot run, missing environment data
-    (ALFWorld games) or, for a command that ``runs`` the model (train, sft, eval), a mesh larger
-    than the devices, a missing model or tokenizer directory, an unwritable run directory,
-    checkpoints of another model, a shared start cloned with other settings (``training``
-    only) or sizes whose memory estimate is far above the machine's
+) -> Resolved:
+    """The config, resolved once and checked (:func:`~arlarena_jax.train.config_io.load_run`),
+    for every later stage to read; a bad key, a method the trainer cannot run, missing
+    environment data (ALFWorld games) or, for a command that ``runs`` the model (train, sft,
+    eval), a mesh larger than the devices, a missing model or tokenizer directory, an
+    unwritable run directory, checkpoints of another model, a shared start cloned with other
+    settings (``training`` only) or sizes whose memory estimate is far above the machine's
     (:mod:`~arlarena_jax.train.memory_estimate`) stop here with one ConfigError line. Keys the
     environment ignores get a warning line. ``args.run_dir`` is set for the error boundary's log."""
     from arlarena_jax.train import build, memory_estimate, preflight, start
@@ -67,44 +70,42 @@ def _config(
     checks_mesh = runs and not getattr(args, "print_config", False)
     token = DEVICE_COUNT.set(_device_counter() if checks_mesh else None)
     try:
-        config = load_config(args.config, [*args.overrides, *extra])
+        run = load_run(args.config, [*args.overrides, *extra])
     finally:
         DEVICE_COUNT.reset(token)
-    args.run_dir = resolve(config).trainer.run_dir
-    build.build_objective(config)
-    for warning in ignored_env_keys(config):
+    args.run_dir = run.config.trainer.run_dir
+    build.build_objective(run)
+    for warning in ignored_env_keys(run):
         print(f"arlarena: warning: {warning}", file=sys.stderr)
     if getattr(args, "print_config", False):
-        print(dumps_config(resolve(config)), end="")
+        print(dumps_config(run.config), end="")
         raise SystemExit(0)
     if runs:
-        preflight.check_paths(config)
-        preflight.check_checkpoints(config)
+        preflight.check_paths(run)
+        preflight.check_checkpoints(run)
         if training:  # an evaluation restores the run's own checkpoint, never the start's
-            start.check_start(config)
-        memory_estimate.check_config_memory(
-            config, training=training, devices_known=_single_process()
-        )
-    build.check_data(config, training=training)
-    return config
+            start.check_start(run)
+        memory_estimate.check_config_memory(run, training=training, devices_known=_single_process())
+    build.check_data(run, training=training)
+    return run
 
 
 def train_command(args: argparse.Namespace) -> int:
     """Cloning (if enabled) then RL; resumes from the run directory's newest checkpoint (or a
     stopped cloning's). Status 75 when stopped by SIGTERM or SIGINT after saving."""
-    config = _config(args)
+    run = _config(args)
     initialize_if_distributed()
-    return _train_and_report(config)
+    return _train_and_report(run)
 
 
 def sft_command(args: argparse.Namespace) -> int:
     """Behaviour cloning only: clone, evaluate, save the cloned policy as step 0."""
-    config = _config(args, ["sft.enabled=true", "trainer.total_steps=0"])
+    run = _config(args, ["sft.enabled=true", "trainer.total_steps=0"])
     initialize_if_distributed()
-    return _train_and_report(config)
+    return _train_and_report(run)
 
 
-def _train_and_report(config: Config) -> int:
+def _train_and_report(run: Resolved) -> int:
     """Train; print the summary table (status 0), or, when SIGTERM or SIGINT stopped the run
     after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume), or,
     for a run that was complete already, one line saying so (status 0)."""
@@ -117,14 +118,14 @@ def _train_and_report(config: Config) -> int:
     )
 
     with _one_line_config_errors():
-        summary = train(config)
+        summary = train(run)
     if summary.stopped is not None:
         print(stop_line(summary), file=sys.stderr, flush=True)
         return EXIT_STOPPED
     if summary.already_complete:
         print(complete_line(summary), flush=True)
         return 0
-    print(summary_table(summary, cloned=config.sft.enabled))
+    print(summary_table(summary, cloned=run.config.sft.enabled))
     return 0
 
 
@@ -161,12 +162,13 @@ def eval_command(args: argparse.Namespace) -> int:
     """Evaluate the run's newest checkpoint (``--step N``: that one) on the held-out seeds. A
     run directory without a checkpoint (a typo?) is one ConfigError line, unless
     ``--allow-untrained`` asks for the untrained model."""
-    config = _config(args, training=False)
+    resolved = _config(args, training=False)
+    config = resolved.config
     from arlarena_jax.train.run import Run
 
     run_dir, chosen = Path(args.run_dir), getattr(args, "step", None)
     _eval_step(run_dir, chosen, getattr(args, "allow_untrained", False))
-    with _one_line_config_errors(), Run(config, console=False) as run:
+    with _one_line_config_errors(), Run(resolved, console=False) as run:
         step = run.resume(chosen)
         metrics, rollout = run.evaluate_rollout()
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
@@ -245,7 +247,7 @@ def _export_peft(run, directory: str) -> Path:
 
 def gen_data_command(args: argparse.Namespace) -> int:
     """Write expert demonstrations (prompt, reply) as JSON lines."""
-    config = _config(args, runs=False)
+    config = _config(args, runs=False).config
     from arlarena_jax.train import build
 
     seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + args.episodes)

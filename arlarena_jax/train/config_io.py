@@ -29,8 +29,10 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from arlarena_jax.errors import InvalidField
-from arlarena_jax.train.config import Config, ConfigError, validate
+from arlarena_jax.errors import ConfigError, InvalidField
+from arlarena_jax.train.config import Config
+from arlarena_jax.train.config_checks import check, validate
+from arlarena_jax.train.resolution import Resolved, resolve_run
 
 INCLUDE_KEY = "base"
 
@@ -337,12 +339,24 @@ def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     return _merge(merged, data)
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
-    """The validated config of a YAML file (with its ``base`` includes) and dotted overrides."""
+def _loaded(path: str | Path, overrides: Sequence[str]) -> Config:
+    """The config of a YAML file (with its ``base`` includes) and dotted overrides, typed but
+    not yet checked across fields."""
     data = _read(Path(path), ())
     for item in [overrides] if isinstance(overrides, str) else overrides:
         data = _override(data, item)
-    return config_from_dict(data)
+    return _build(Config, data, "")
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """The validated config of a YAML file (with its ``base`` includes) and dotted overrides."""
+    return validate(_loaded(path, overrides))
+
+
+def load_run(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
+    """:func:`load_config`, resolved once and checked on that resolution: what a command
+    hands to every later stage (:mod:`arlarena_jax.train.resolution`)."""
+    return check(resolve_run(_loaded(path, overrides)))
 
 
 def override_text(key: str, value: Any) -> str:

@@ -26,7 +26,8 @@ from typing import Any
 from arlarena_jax.models import QwenForCausalLM, save_generation_config, save_pretrained
 from arlarena_jax.models.value import QwenValueModel, save_value_pretrained
 from arlarena_jax.tokenization import stop_token_ids
-from arlarena_jax.train.config import Config, model_dir
+from arlarena_jax.train.config import Config
+from arlarena_jax.train.resolution import model_dir
 
 
 def export_hf(

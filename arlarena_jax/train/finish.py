@@ -15,12 +15,13 @@ import jax
 from flax import nnx
 
 from arlarena_jax.models.lora import merged_model
-from arlarena_jax.train.config import Config, resolve
+from arlarena_jax.train.config import Config
 from arlarena_jax.train.critic import exportable_critic
 from arlarena_jax.train.export import export_critic, export_hf
 from arlarena_jax.train.final import complete_record, final_record, write_final
 from arlarena_jax.train.learner import Learner
 from arlarena_jax.train.pieces import Pieces
+from arlarena_jax.train.resolution import Resolved, resolve
 from arlarena_jax.train.run_state import HostState
 from arlarena_jax.train.stops import Stops
 
@@ -42,7 +43,7 @@ class Summary:
     already_complete: bool = False  # the run was complete before this start: nothing was done
 
 
-def complete_summary(config: Config) -> Summary | None:
+def complete_summary(config: Config | Resolved) -> Summary | None:
     """The summary of a run of ``config`` that its ``final.json`` records as complete
     (:func:`~arlarena_jax.train.final.complete_record`), read without building anything; None
     when there is work to do."""

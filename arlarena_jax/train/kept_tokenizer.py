@@ -19,10 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.tokenization import load_tokenizer
 from arlarena_jax.train.build import build_tokenizer
-from arlarena_jax.train.config import Config, ConfigError, is_built_tokenizer, resolve
+from arlarena_jax.train.config import Config
 from arlarena_jax.train.export import write_atomically
+from arlarena_jax.train.resolution import Resolved, is_built_tokenizer, resolve, resolve_run
 from arlarena_jax.train.start import start_key
 
 TOKENIZER_DIR = "tokenizer"
@@ -34,13 +36,13 @@ def _kept_key(folder: Path) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
-def kept_tokenizer(config: Config) -> Any | None:
+def kept_tokenizer(config: Config | Resolved) -> Any | None:
     """The built tokenizer kept by the run (``run_dir/tokenizer``), else by its shared start, of
     this config's cloning settings; None when there is none (or the tokenizer is not a built
     one). A kept folder that does not load is a one-line ConfigError naming it."""
+    config = resolve(config)
     if not is_built_tokenizer(config.model.tokenizer):
         return None
-    config = resolve(config)
     folders = [Path(config.trainer.run_dir) / TOKENIZER_DIR]
     if config.sft.init_from:
         folders.append(Path(config.sft.init_from) / TOKENIZER_DIR)
@@ -57,11 +59,12 @@ def kept_tokenizer(config: Config) -> Any | None:
     return None
 
 
-def run_tokenizer(config: Config) -> Any:
+def run_tokenizer(config: Config | Resolved) -> Any:
     """The run's tokenizer: the kept one (:func:`kept_tokenizer`), else ``build_tokenizer``'s; a
     built vocabulary the run does not keep yet is saved in ``run_dir/tokenizer`` (atomically)."""
-    config = resolve(config)
-    tokenizer = kept_tokenizer(config)
+    run = resolve_run(config)
+    config = run.config
+    tokenizer = kept_tokenizer(run)
     if tokenizer is None:
         tokenizer = build_tokenizer(config)
     if not is_built_tokenizer(config.model.tokenizer):

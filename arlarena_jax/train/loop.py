@@ -45,22 +45,25 @@ from arlarena_jax.train.config import Config
 from arlarena_jax.train.finish import Summary, complete_summary
 from arlarena_jax.train.held_out import describe, run_change
 from arlarena_jax.train.preemption import PreemptionGuard
+from arlarena_jax.train.resolution import Resolved, resolve_run
 from arlarena_jax.train.run import Run
 from arlarena_jax.train.stops import Stopped
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal after saving; run the same command again
 
 
-def train(config: Config, *, console: bool = True, guard: Any = None) -> Summary:
-    """Run (or resume) the whole job described by ``config`` (see module doc). ``guard``: what
+def train(config: Config | Resolved, *, console: bool = True, guard: Any = None) -> Summary:
+    """Run (or resume) the whole job described by ``config`` (see module doc), resolved once
+    (a :class:`~arlarena_jax.train.resolution.Resolved` is used as it is). ``guard``: what
     tells a stop was asked (``requested``, ``signal``); default a :class:`PreemptionGuard` on
     SIGTERM and SIGINT for the duration of the run."""
-    finished = complete_summary(config)  # a complete run started again: nothing to do
+    resolved = resolve_run(config)
+    finished = complete_summary(resolved)  # a complete run started again: nothing to do
     if finished is not None:
         return finished
-    build.check_splits_disjoint(config)  # the CLI checked it already; a library caller too
+    build.check_splits_disjoint(resolved)  # the CLI checked it already; a library caller too
     own = PreemptionGuard(sigint=True) if guard is None else contextlib.nullcontext(guard)
-    with own as guard, Run(config, console=console, guard=guard) as run:
+    with own as guard, Run(resolved, console=console, guard=guard) as run:
         try:
             run.start()
             while not run.done:

@@ -357,35 +357,19 @@ def machine_memory(devices_known: bool = True) -> Memory:
     return Memory(host_memory(), float(limit) if limit else None)
 
 
-def run_model(config) -> QwenConfig | None:
-    """The model's architecture: ``model.path``'s config.json or the preset (None when the
-    config.json cannot be read: the build reports that)."""
-    from arlarena_jax.models.config import PRESETS
-    from arlarena_jax.train.config import model_dir
-
-    if config.model.path is None:
-        return PRESETS.get(config.model.name)
-    try:
-        shape = QwenConfig.from_json(model_dir(config.model))
-    except (OSError, ValueError):
-        return None
-    layers = config.model.num_layers
-    if layers is None or not 1 <= layers <= shape.num_hidden_layers:
-        return shape
-    return dataclasses.replace(shape, num_hidden_layers=layers)
-
-
 def check_config_memory(config, *, training: bool = True, devices_known: bool = True) -> None:
     """:func:`check_memory` of ``config`` on this machine (what a command runs at start-up)."""
     from arlarena_jax.objectives.declare import Input
     from arlarena_jax.train.build import build_objective
+    from arlarena_jax.train.resolution import resolve_run
 
-    needs = build_objective(config).requirements
+    run = resolve_run(config)
+    needs = build_objective(run).requirements
     check_memory(
-        config,
-        run_model(config),
+        run.config,
+        run.architecture,
         machine_memory(devices_known),
         training=training,
         reference=Input.REF_LOG_PROBS in needs,
-        critic=Input.VALUES in needs and config.critic.model == "separate",
+        critic=Input.VALUES in needs and run.config.critic.model == "separate",
     )

@@ -11,9 +11,9 @@ from typing import Any
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
-from arlarena_jax.train.config import Config
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import MetricsWriter, TimedEnvBatch, Timer
+from arlarena_jax.train.resolution import Resolved
 
 
 class Pieces:
@@ -22,16 +22,17 @@ class Pieces:
     ``first_calls``: the policy's call counter when the sampler is built."""
 
     def __init__(
-        self, config: Config, run_dir: Path, closing: contextlib.ExitStack, first_calls: Callable
+        self, run: Resolved, run_dir: Path, closing: contextlib.ExitStack, first_calls: Callable
     ) -> None:
-        self.config, self.run_dir, self.closing = config, run_dir, closing
+        self.resolved, self.run_dir, self.closing = run, run_dir, closing
+        self.config = config = run.config
         self.first_calls = first_calls
         self.mesh = build.build_mesh(config)
-        self.tokenizer = run_tokenizer(config)  # kept in run_dir/tokenizer when built
+        self.tokenizer = run_tokenizer(run)  # kept in run_dir/tokenizer when built
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
-        self.objective = build.build_objective(config)
-        self.task_format = build.task_format(config)  # the env's prompts, looked up once
-        self.rows = build.row_layout(config)  # turn rows (None) or trajectory rows
+        self.objective = build.build_objective(run)
+        self.task_format = build.task_format(run)
+        self.rows = build.row_layout(run)  # turn rows (None) or trajectory rows
         self.timer = Timer()  # the RL step's timing splits (the training environments' too)
         self.sampler: tuple[Any, SamplerPolicy] | None = None  # (engine, policy), once built
         self._writer: MetricsWriter | None = None
@@ -88,6 +89,8 @@ class Pieces:
                 else min(c.env.eval_batch_size, c.trainer.eval_episodes)
             )
             split = "train" if training else c.trainer.eval_split
-            batch = self.closing.enter_context(contextlib.closing(build.make_envs(c, n, split)))
+            batch = self.closing.enter_context(
+                contextlib.closing(build.make_envs(self.resolved, n, split))
+            )
             self._envs[purpose] = TimedEnvBatch(batch, self.timer) if training else batch
         return self._envs[purpose]

@@ -17,19 +17,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.models.fetch import missing_hint, model_directory
 from arlarena_jax.models.hf_io import SAFETENSORS_INDEX, SAFETENSORS_SINGLE
 from arlarena_jax.tokenization.load import TOKENIZER_FILES
-from arlarena_jax.train.config import (
-    Config,
-    ConfigError,
-    ModelConfig,
+from arlarena_jax.train.config import Config, ModelConfig
+from arlarena_jax.train.layout import checkpoints_dir
+from arlarena_jax.train.resolution import (
+    Resolved,
     is_built_tokenizer,
     model_dir,
     resolve,
+    resolve_run,
     tokenizer_dir,
 )
-from arlarena_jax.train.layout import checkpoints_dir
 
 ADVICE = "use another trainer.run_dir or the same"
 
@@ -83,11 +84,12 @@ def check_run_dir(run_dir: str) -> None:
         _fail("trainer.run_dir", f"cannot write to {run_dir}: {existing} is not writable")
 
 
-def check_paths(config: Config) -> None:
-    """The model, tokenizer and run directory paths of ``config``."""
+def check_paths(run: Config | Resolved) -> None:
+    """The model, tokenizer and run directory paths of ``run``'s config."""
+    config = resolve(run)
     check_model_path(config.model)
     check_tokenizer_path(config.model)
-    check_run_dir(resolve(config).trainer.run_dir)
+    check_run_dir(config.trainer.run_dir)
 
 
 def _same_model_directory(a: str, b: str) -> bool:
@@ -118,7 +120,7 @@ def _model_difference(stored: ModelConfig, current: ModelConfig) -> str | None:
     return "lora" if stored.lora != current.lora else None  # adapters only are checkpointed
 
 
-def _state_signature(config: Config) -> Any:
+def _state_signature(config: Config | Resolved) -> Any:
     """What the objective adds to the checkpointed state: its state's structure, shapes and
     dtypes, and whether reference parameters are kept."""
     import jax
@@ -132,11 +134,11 @@ def _state_signature(config: Config) -> Any:
     return jax.tree.structure(state), leaves, Input.REF_LOG_PROBS in objective.requirements
 
 
-def _objective_difference(stored: Config, current: Config) -> str | None:
+def _objective_difference(stored: Config, current: Resolved) -> str | None:
     """The first ``algorithm`` field (the method first) behind a different objective state."""
     if _state_signature(stored) == _state_signature(current):
         return None
-    old, new = stored.algorithm, resolve(current).algorithm
+    old, new = stored.algorithm, current.config.algorithm
     changed = [
         f.name for f in dataclasses.fields(old) if getattr(old, f.name) != getattr(new, f.name)
     ]
@@ -147,12 +149,14 @@ def _has_steps(directory: Path) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
-def check_checkpoints(config: Config) -> None:
-    """The run directory's checkpoints (if any) fit ``config``: the same model and the same
-    objective state as the ``config.yaml`` of the run that wrote them."""
+def check_checkpoints(run: Config | Resolved) -> None:
+    """The run directory's checkpoints (if any) fit ``run``'s config: the same model and the
+    same objective state as the ``config.yaml`` of the run that wrote them."""
     from arlarena_jax.train.config_io import load_config
 
-    run_dir = Path(resolve(config).trainer.run_dir)
+    run = resolve_run(run)
+    config = run.config
+    run_dir = Path(config.trainer.run_dir)
     stored_file = run_dir / "config.yaml"
     if not (_has_steps(checkpoints_dir(run_dir)) and stored_file.is_file()):
         return
@@ -165,9 +169,9 @@ def check_checkpoints(config: Config) -> None:
     if field is not None:
         old, new = getattr(stored.model, field), getattr(config.model, field)
         _fail(f"model.{field}", f"{written} by {old!r}, this config says {new!r} ({ADVICE} model)")
-    field = _objective_difference(stored, config)
+    field = _objective_difference(stored, run)
     if field is not None:
-        old, new = getattr(stored.algorithm, field), getattr(resolve(config).algorithm, field)
+        old, new = getattr(stored.algorithm, field), getattr(config.algorithm, field)
         _fail(
             f"algorithm.{field}",
             f"{written} with {old!r}, this config says {new!r}, which changes the checkpointed "

@@ -50,7 +50,7 @@ import numpy as np
 from arlarena_jax.rollout.loop import Rollout
 from arlarena_jax.train.async_rollouts import AsyncRollouts
 from arlarena_jax.train.cloning import Cloning
-from arlarena_jax.train.config import Config, resolve, rl_stream_seed
+from arlarena_jax.train.config import Config
 from arlarena_jax.train.config_io import dump_config
 from arlarena_jax.train.evaluation import Evaluation, evaluates_at
 from arlarena_jax.train.finish import Finish, Summary
@@ -59,6 +59,7 @@ from arlarena_jax.train.metrics import ConsoleProgress
 from arlarena_jax.train.monitor import StabilityMonitor
 from arlarena_jax.train.pieces import Pieces
 from arlarena_jax.train.preemption import PreemptionGuard
+from arlarena_jax.train.resolution import Resolved, resolve_run, rl_stream_seed
 from arlarena_jax.train.rl_step import SyncRollouts, rl_step
 from arlarena_jax.train.run_checkpoints import RunCheckpoints
 from arlarena_jax.train.run_lock import hold_run_dir
@@ -71,7 +72,7 @@ class Run:
 
     def __init__(
         self,
-        config: Config,
+        config: Config | Resolved,
         *,
         console: bool = True,
         guard: PreemptionGuard | None = None,
@@ -79,7 +80,8 @@ class Run:
     ) -> None:
         """``lock_wait_s``: how long to wait for a run directory another process holds
         (:mod:`~arlarena_jax.train.run_lock`) before refusing it."""
-        self.config = config = resolve(config)
+        self.resolved = resolve_run(config)  # once: every piece reads this resolution
+        self.config = config = self.resolved.config
         self.console, self.run_dir = console, Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self.stops = Stops(guard, lambda: (self.host.step, config.trainer.total_steps))
@@ -97,7 +99,9 @@ class Run:
     def _build(self, config: Config) -> None:
         """The run's pieces and collaborators (see :meth:`__init__`)."""
         closing = self._closing
-        self.pieces = p = Pieces(config, self.run_dir, closing, lambda: self.host.policy_calls)
+        self.pieces = p = Pieces(
+            self.resolved, self.run_dir, closing, lambda: self.host.policy_calls
+        )
         self.model, self.tokenizer, self.mesh = p.model, p.tokenizer, p.mesh
         self.learner = Learner(config, p.model, p.objective, p.tokenizer, p.mesh)
         self.monitor = StabilityMonitor(config.monitor)

@@ -23,8 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.train.config import Config, ConfigError
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.config import Config
 from arlarena_jax.train.layout import commit_marker
+from arlarena_jax.train.resolution import Resolved, resolve
 
 # Keys (a section or a dotted key) that only act after cloning; runs that differ only in these
 # share one start.
@@ -120,9 +122,10 @@ def cloned_policy(directory: Path) -> Path:
     return commit_marker(directory, START_STEP)
 
 
-def check_start(config: Config) -> None:
+def check_start(config: Config | Resolved) -> None:
     """``sft.init_from`` (when set) is a finished start cloned with this config's cloning
     settings; otherwise one :class:`ConfigError` line naming the key or the missing piece."""
+    config = resolve(config)
     start = config.sft.init_from
     if start is None:
         return
