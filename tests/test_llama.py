@@ -25,7 +25,6 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 import torch
 import transformers
@@ -271,27 +270,12 @@ def test_greedy_sampling_equals_transformers_generate(tmp_path):
 def test_an_rl_update_follows_the_advantage_sign():
     """test_rl_update's check on a Llama: GRPO steps raise the log-probability of the winners'
     responses and lower the losers'."""
-    from arlarena_jax.objectives import advantage, ratio
-    from arlarena_jax.objectives.compose import chain
-    from arlarena_jax.train.update import make_log_prob_fn, make_update_step, run_update
-    from tests.test_rl_update import P, make_rows, prepared
+    from tests.test_rl_update import grpo_steps
     from tests.turn_rows import TINY_CONFIG
 
     config = dataclasses.replace(TINY_CONFIG, model_type="llama", attention_bias=True)
     graphdef, params = nnx.split(DecoderForCausalLM(config, rngs=nnx.Rngs(0)))
-    objective = chain(advantage.grpo(), ratio.vanilla())
-    sequences, batch = make_rows(np.random.default_rng(3), 8)
-    batch = prepared(graphdef, params, sequences, batch, objective)
-    optimizer = optax.adam(3e-3)
-    update = make_update_step(
-        graphdef, objective, optimizer, prompt_length=P, mini_batch_size=4, micro_batch_size=2
-    )
-    log_probs = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=4)
-    before = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
-    params, _, _ = run_update(
-        update, params, optimizer.init(params), sequences, batch, ppo_epochs=3
-    )
-    after = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
+    _, before, after, _ = grpo_steps(graphdef, params)
     assert (after[::2] > before[::2]).all() and (after[1::2] < before[1::2]).all()
 
 

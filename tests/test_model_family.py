@@ -25,7 +25,6 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
@@ -266,10 +265,7 @@ def test_the_toy_imports_from_gguf(tmp_path):
 def test_the_toy_trains():
     """test_rl_update's check on the toy: GRPO steps raise the log-probability of the winners'
     responses and lower the losers'."""
-    from arlarena_jax.objectives import advantage, ratio
-    from arlarena_jax.objectives.compose import chain
-    from arlarena_jax.train.update import make_log_prob_fn, make_update_step, run_update
-    from tests.test_rl_update import P, make_rows, prepared
+    from tests.test_rl_update import grpo_steps
     from tests.turn_rows import TINY_CONFIG
 
     config = dataclasses.replace(
@@ -281,19 +277,7 @@ def test_the_toy_trains():
     )
     graphdef, params = nnx.split(QwenForCausalLM(config, rngs=nnx.Rngs(0)))
     assert "q_norm" in str(jax.tree_util.tree_structure(params))
-    objective = chain(advantage.grpo(), ratio.vanilla())
-    sequences, batch = make_rows(np.random.default_rng(3), 8)
-    batch = prepared(graphdef, params, sequences, batch, objective)
-    optimizer = optax.adam(3e-3)
-    update = make_update_step(
-        graphdef, objective, optimizer, prompt_length=P, mini_batch_size=4, micro_batch_size=2
-    )
-    log_probs = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=4)
-    before = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
-    params, _, _ = run_update(
-        update, params, optimizer.init(params), sequences, batch, ppo_epochs=3
-    )
-    after = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
+    _, before, after, _ = grpo_steps(graphdef, params)
     assert (after[::2] > before[::2]).all() and (after[1::2] < before[1::2]).all()
 
 

@@ -147,9 +147,9 @@ def test_non_finite_gradient_skips_the_update(split_model):
     jax.tree.map(np.testing.assert_array_equal, new_opt_state, opt_state)
 
 
-def test_updates_follow_the_advantage_sign(split_model):
-    graphdef, params = split_model
-    params = jax.tree.map(jnp.copy, params)
+def grpo_steps(graphdef, params, ppo_epochs: int = 3):
+    """Three GRPO epochs on :func:`make_rows`' batch (winners at even rows): the rows, the
+    summed response log-probs before and after, and the update's metric history."""
     objective = chain(advantage.grpo(), ratio.vanilla())
     assert Input.REF_LOG_PROBS not in objective.requirements  # no reference pass needed
     sequences, batch = make_rows(np.random.default_rng(3), 8)
@@ -161,9 +161,15 @@ def test_updates_follow_the_advantage_sign(split_model):
     log_probs = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=4)
     before = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
     params, _, history = run_update(
-        update, params, optimizer.init(params), sequences, batch, ppo_epochs=3
+        update, params, optimizer.init(params), sequences, batch, ppo_epochs=ppo_epochs
     )
     after = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
+    return batch, before, after, history
+
+
+def test_updates_follow_the_advantage_sign(split_model):
+    graphdef, params = split_model
+    batch, before, after, history = grpo_steps(graphdef, jax.tree.map(jnp.copy, params))
     assert len(history) == 6  # 2 mini-batches x 3 epochs
     adv = np.asarray(batch.advantages[:, 0])
     assert (adv[::2] > 0).all() and (adv[1::2] < 0).all()
