@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.turn_rows, arlarena_jax from this checkout
+sys.path.insert(0, str(ROOT))  # tests.helpers.turn_rows, arlarena_jax from this checkout
 
 
 def rss_mib() -> float:
@@ -60,7 +60,7 @@ def one_mode(args: argparse.Namespace) -> dict:
     from arlarena_jax.objectives.compose import chain
     from arlarena_jax.train.optim import OptimConfig, make_optimizer
     from arlarena_jax.train.update import make_prepare_fn, make_update_step
-    from tests.turn_rows import random_turn_rows
+    from tests.helpers.turn_rows import random_turn_rows
 
     config = preset(args.preset)
     model = QwenForCausalLM(config, rngs=nnx.Rngs(0))

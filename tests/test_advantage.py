@@ -30,6 +30,7 @@ from arlarena_jax.objectives.compose import (
     RewardShaper,
 )
 from arlarena_jax.objectives.rewards import invalid_action_penalty
+from tests.helpers.spec_vectors import TV4_INVALID, TV4_MASK, tv4_batch
 
 ATOL = 1e-5
 INVARIANCE_ATOL = 2e-5
@@ -53,19 +54,9 @@ def prepare(
 
 
 # ---------------------------------------------------------------------------------------------
-# TV-4: 11 turn rows, T = 3, penalty c = 0.1, γ = 0.95.
+# TV-4: 11 turn rows, T = 3, penalty c = 0.1, γ = 0.95 (its batch: tests/helpers/spec_vectors.py).
 # ---------------------------------------------------------------------------------------------
 
-TV4_LENGTHS = np.array([3, 2, 3, 3, 2, 3, 3, 2, 3, 3, 2])
-TV4_MASK = (np.arange(3)[None, :] < TV4_LENGTHS[:, None]).astype(np.float32)
-TV4_GROUPS = np.array([0] * 6 + [1] * 5)  # a, b
-TV4_TRAJ = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 5])  # a1 a1 a2 a2 a2 a3 b1 b1 b2 b2 b3
-TV4_TURN = np.array([0, 1, 0, 1, 2, 0, 0, 1, 0, 1, 0])
-TV4_ANCHOR = np.array([0, 1, 0, 2, 1, 0, 3, 4, 3, 4, 3])  # a|s0 a|s1 a|s2 b|t0 b|t1
-TV4_RETURN = np.array([10, 10, 0, 0, 0, 10, 0, 0, 0, 0, 0], np.float32)
-TV4_INVALID = np.array([0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0], np.float32)
-TV4_STEP_REWARD = np.array([0, 10, 0, 0, 0, 10, 0, 0, 0, 0, 0], np.float32)
-TV4_MEAN_ENTROPY = np.array([0.5, 0.2, 0.9, 0.4, 0.6, 0.3, 0.8, 0.1, 0.7, 0.5, 0.3])
 
 TV4_SCORES = [10, 10, 0, -0.1, 0, 10, -0.1, 0, 0, 0, 0]
 TV4_GRPO = [0.912851, 0.912851, -0.906785, -0.924982, -0.906785, 0.912851]
@@ -96,27 +87,6 @@ TV4_EMPG_NEXT_ROWS = [0, 2, 3, 6, 8]
 TV4_EMPG_MEAN = 0.177788
 TV4_EMPG = [0.720192, 1.064564, -0.657871, -1.131426, -0.926305, 0.918584, -1.277764]
 TV4_EMPG += [0.511876, 0.178313, 0.240514, 0.359323]
-
-
-def tv4_batch() -> TurnBatch:
-    """TV-4's batch. Padding tokens of old_entropy/values carry garbage that must be ignored."""
-    entropy = TV4_MEAN_ENTROPY[:, None] * TV4_MASK + 7.0 * (1.0 - TV4_MASK)
-    values = np.linspace(-1.0, 1.0, 33).reshape(11, 3)
-    rng = np.random.default_rng(4)
-    return make_batch(
-        TV4_MASK,
-        rng.normal(-1.0, 0.3, (11, 3)),
-        group_ids=TV4_GROUPS,
-        traj_ids=TV4_TRAJ,
-        turn_ids=TV4_TURN,
-        anchor_ids=TV4_ANCHOR,
-        episode_returns=TV4_RETURN,
-        step_rewards=TV4_STEP_REWARD,
-        action_valid=1.0 - TV4_INVALID,
-        old_entropy=entropy,
-        values=values,
-        ref_log_probs=rng.normal(-1.0, 0.3, (11, 3)),
-    )
 
 
 def assert_rows(out: TurnBatch, expected, mask=TV4_MASK, atol: float = ATOL) -> None:

@@ -9,7 +9,7 @@ import pytest
 from absl.testing import parameterized
 
 from arlarena_jax.objectives import aggregate as agg
-from tests.spec_vectors import TV1_LOSS, TV1_MASK
+from tests.helpers.spec_vectors import TV1_LOSS, TV1_MASK
 
 ROWS = jnp.ones(3)
 

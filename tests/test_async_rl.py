@@ -26,22 +26,13 @@ from arlarena_jax.train.loop import train
 from arlarena_jax.train.monitor import MonitorSettings, StabilityMonitor
 from arlarena_jax.train.producer import Producer, staleness_metrics
 from arlarena_jax.train.run import Run
+from tests.helpers.tiny_runs import BASE_TINY, RL_SIZES
 
-CONFIG = "configs/sokoban/base_tiny.yaml"
+CONFIG = BASE_TINY
 SMALL = [
     "sft.enabled=false",
     "trainer.eval_at_start=false",
-    "trainer.eval_episodes=4",
-    "env.eval_batch_size=4",
-    "env.train_batch_size=2",
-    "env.group_size=2",
-    "trainer.mini_batch_size=8",
-    "trainer.micro_batch_size=4",
-    "sampler.max_concurrent_decodes=4",
-    "env.max_turns=3",
-    "trainer.save_every=1",
-    "trainer.eval_every=2",
-    "trainer.export_hf=false",
+    *RL_SIZES,
     "trainer.use_rollout_log_probs=false",  # lp_old recomputed: the disagreement is measured
 ]
 DIFFERS = ("timing/", "perf/", "async/")  # wall-clock keys, and the producer's own

@@ -15,8 +15,14 @@ import pytest
 from arlarena_jax import objectives as obj
 from arlarena_jax.cli import synthetic_group
 from envs import registry
-from tests.spec_vectors import TV2_ENTROPY, TV2_LP, tv2_batch
-from tests.test_advantage import TV4_LENGTHS, TV4_MASK, tv4_batch
+from tests.helpers.spec_vectors import (
+    TV2_ENTROPY,
+    TV2_LP,
+    TV4_LENGTHS,
+    TV4_MASK,
+    tv2_batch,
+    tv4_batch,
+)
 
 ATOL = 1e-5
 KL_TM, KL_SMTM = 0.061293, 0.050905  # TV-2f

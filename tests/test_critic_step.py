@@ -24,7 +24,7 @@ from arlarena_jax.train.critic import (
     make_values_fn,
     separate_forward,
 )
-from tests.turn_rows import TINY_CONFIG, rows_of_prompt_lengths
+from tests.helpers.turn_rows import TINY_CONFIG, rows_of_prompt_lengths
 
 WIDE, T = 64, 5
 

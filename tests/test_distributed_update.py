@@ -2,10 +2,10 @@
 agrees with the same step in one process (issue 6).
 
 Each of two worker processes has 2 CPU devices; together they form a (data=2, fsdp=2) mesh and
-run ``tests/distributed_update.py`` (parameters sharded by the partition rules, rows placed with
-``put_rows``, old log-probs gathered with ``to_host``). This process runs the same function on a
-mesh of 4 of its 8 host devices. Expected: the same parameters and metrics up to float32
-reduction-order rounding (atol 1e-5; AdamW at lr 1e-2 moves parameters by ~2e-2, so a wrong
+run ``tests/helpers/distributed_update.py`` (parameters sharded by the partition rules, rows
+placed with ``put_rows``, old log-probs gathered with ``to_host``). This process runs the same
+function on a mesh of 4 of its 8 host devices. Expected: the same parameters and metrics up to
+float32 reduction-order rounding (atol 1e-5; AdamW at lr 1e-2 moves parameters by ~2e-2, so a wrong
 gradient or a missed mini-batch would be far outside it). Skips when this JAX has no CPU
 collectives for several processes.
 """
@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 from arlarena_jax.models import make_mesh
-from tests.distributed_update import run
+from tests.helpers.distributed_update import run
 
-HERE = Path(__file__).parent
-WORKER = HERE / "distributed_update.py"
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "distributed_update.py"
 
 
 def _free_port() -> int:
@@ -40,7 +40,7 @@ def _run_workers(out: Path, timeout: float = 240.0) -> list[subprocess.Completed
     port = _free_port()
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env |= {"ARLARENA_COORDINATOR": f"localhost:{port}", "ARLARENA_NUM_PROCESSES": "2"}
     procs = [
         subprocess.Popen(

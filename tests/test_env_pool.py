@@ -1,8 +1,8 @@
 """The host environment pool (envs/pool.py) against the in-process batch (envs/local.py).
 
 docs/environments.md §1.1 (grouped resets) and docs/environments.md §2.3 (pool: per-call timeouts,
-restart of a crashed or hung worker). Fault injection uses tests/faulty_env.py, importable by
-spawned workers.
+restart of a crashed or hung worker). Fault injection uses tests/helpers/faulty_env.py,
+importable by spawned workers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from envs.local import LocalEnvBatch, grouped_seeds
 from envs.pool import EnvPool
 from envs.sokoban.reference import SokobanTextEnv
-from tests.faulty_env import CRASH, HANG, RAISE, RAISE_SEED, BrokenFactory, FaultyEnv
+from tests.helpers.faulty_env import CRASH, HANG, RAISE, RAISE_SEED, BrokenFactory, FaultyEnv
 
 
 def assert_steps_equal(a, b, envs=None):

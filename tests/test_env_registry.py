@@ -27,8 +27,8 @@ from arlarena_jax.train.loop import train
 from envs import registry
 from envs.base import Observation
 from envs.text import ScriptedPolicy
-from tests.toyenv.prompts import GUESS_FORMAT, guess_prompt
-from tests.toyenv.spec import GUESS
+from tests.helpers.toyenv.prompts import GUESS_FORMAT, guess_prompt
+from tests.helpers.toyenv.spec import GUESS
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("arlarena_jax",)  # environments stand alone: shared pieces are in arlarena_base
@@ -176,7 +176,7 @@ def test_config_validation_reads_the_registry():
         validate(env(name="sokoban", prompt="tiny"))
 
 
-# ---- a toy environment in one folder (tests/toyenv/), registered with one line ----------------
+# ---- a toy environment in one folder (tests/helpers/toyenv/), registered with one line -------
 
 
 @pytest.fixture
@@ -208,7 +208,7 @@ def test_a_toy_environment_registers_and_plays(toy):
 def test_a_toy_environment_trains_one_step(toy, tmp_path):
     """The whole trainer on the toy: its own tiny tokenizer from the expert's turns, cloning on
     its demonstrations, one SAMPO step, evaluation, a checkpoint. Nothing outside
-    tests/toyenv/ names it, so this is what adding an environment costs."""
+    tests/helpers/toyenv/ names it, so this is what adding an environment costs."""
     config = load_config(
         ROOT / "configs" / "sokoban" / "sampo_tiny.yaml",
         [

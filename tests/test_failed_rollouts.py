@@ -1,7 +1,7 @@
 """Failed rollouts do not bias groups (docs/algorithms.md §3.0; issue 40 item 5).
 
 An episode lost to an infrastructure failure (the host pool's crashed or hung worker, here with
-the fault injection of tests/scored_env.py) is marked ``failed``, masked out of its group's
+the fault injection of tests/helpers/scored_env.py) is marked ``failed``, masked out of its group's
 statistics and the loss, and counted as ``rollout/failed_episodes``.
 
 Expected numbers come from hand computation in the comments. Tolerances: 1e-6 absolute for the
@@ -27,7 +27,7 @@ from arlarena_jax.rollout import collect, rollout_metrics
 from arlarena_jax.train.rl import collect_batch
 from envs.local import LocalEnvBatch
 from envs.pool import EnvPool
-from tests.scored_env import SCORED_FORMAT, ScoredEnv, ScriptPolicy
+from tests.helpers.scored_env import SCORED_FORMAT, ScoredEnv, ScriptPolicy
 
 EPS = 1e-6  # EPS_STD of the GRPO denominator
 LOSS = vanilla()

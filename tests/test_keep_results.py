@@ -15,7 +15,7 @@ from arlarena_jax.arena import jobs, plan, spec
 from arlarena_jax.arena.keep import keep_results
 from arlarena_jax.arena.sweep import jobs_of, to_run
 from arlarena_jax.errors import ConfigError
-from tests.test_sweep import sweep_file
+from tests.helpers.sweeps import sweep_file
 
 
 def finished(run_dir: Path, state: str = "done") -> None:
@@ -150,7 +150,7 @@ def test_the_command_prints_what_it_kept(tmp_path, capsys):
 
 def test_the_report_reads_kept_runs_as_it_read_the_originals(tmp_path):
     from arlarena_jax.arena.report.runs import load_run
-    from tests.test_report import make_run, val
+    from tests.helpers.reports import make_run, val
 
     original = make_run(tmp_path / "runs", "grpo_seed0", scalars=val(0.6, 0.7), state={})
     jobs.write_state(original, state="done")

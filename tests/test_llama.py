@@ -39,7 +39,7 @@ from arlarena_jax.models.value import (
     save_value_pretrained,
     value_model_from_policy,
 )
-from tests.test_model import IDS, MASK, REAL, hf_logits
+from tests.helpers.hf_reference import IDS, MASK, REAL, hf_logits
 
 COMMON = dict(
     vocab_size=97,
@@ -247,7 +247,7 @@ def test_the_critic_exports_as_a_llama_token_classifier(tmp_path):
 
 def test_greedy_sampling_equals_transformers_generate(tmp_path):
     from arlarena_jax.sampler import GREEDY, Engine, EngineConfig
-    from tests.test_sampler_engine import BASE, COMMON, SHORT, hf_generate, run_slots
+    from tests.helpers.sampler_reference import BASE, COMMON, SHORT, hf_generate, run_slots
 
     torch.manual_seed(2)
     hf = transformers.LlamaForCausalLM(
@@ -270,8 +270,8 @@ def test_greedy_sampling_equals_transformers_generate(tmp_path):
 def test_an_rl_update_follows_the_advantage_sign():
     """test_rl_update's check on a Llama: GRPO steps raise the log-probability of the winners'
     responses and lower the losers'."""
-    from tests.test_rl_update import grpo_steps
-    from tests.turn_rows import TINY_CONFIG
+    from tests.helpers.rl_rows import grpo_steps
+    from tests.helpers.turn_rows import TINY_CONFIG
 
     config = dataclasses.replace(TINY_CONFIG, model_type="llama", attention_bias=True)
     graphdef, params = nnx.split(DecoderForCausalLM(config, rngs=nnx.Rngs(0)))

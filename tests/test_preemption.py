@@ -31,8 +31,8 @@ from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.loop import EXIT_STOPPED, summary_table, train
 from arlarena_jax.train.run import Run
 from arlarena_jax.train.sft import CloneState, prepare_sft
-from tests.test_trainer import CONFIG
-from tests.test_trainer import SMALL as TRAINER_SMALL
+from tests.helpers.tiny_runs import SAMPO_TINY as CONFIG
+from tests.helpers.tiny_runs import SMALL as TRAINER_SMALL
 
 SMALL = [  # test_trainer's sizes; later overrides win
     *TRAINER_SMALL,

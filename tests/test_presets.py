@@ -64,7 +64,7 @@ def test_switches_add_and_remove_components():
 def test_a_clip_override_changes_the_loss():
     """GSPO's clip on TV-2's batch: widening ε_high to 10 unclips every row, so the loss differs
     from SAMPO's default 4e-3 (a smoke check that the setting reaches the component)."""
-    from tests.test_compose import TV2_ENTROPY, TV2_LP, tv2_batch
+    from tests.helpers.spec_vectors import TV2_ENTROPY, TV2_LP, tv2_batch
 
     batch = tv2_batch()
     default = float(obj.presets.build("gspo").loss(TV2_LP, batch, TV2_ENTROPY)[0])

@@ -15,7 +15,7 @@ from absl.testing import parameterized
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives import ratio
 from arlarena_jax.objectives.compose import AdvantageEstimator, chain
-from tests.spec_vectors import TV2_DELTA, TV2_LP, TV2_MASK, TV2_OLD, ragged, tv2_batch
+from tests.helpers.spec_vectors import TV2_DELTA, TV2_LP, TV2_MASK, TV2_OLD, ragged, tv2_batch
 
 ATOL = 1e-5
 GIVEN = AdvantageEstimator("given", lambda b: (b.advantages, b.advantages))

@@ -17,7 +17,7 @@ from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives import kl, ratio, regularize
 from arlarena_jax.objectives.compose import AdvantageEstimator, chain
 from arlarena_jax.objectives.value import clipped_value_loss
-from tests.spec_vectors import TV2_ENTROPY, TV2_LP, TV2_MASK, TV2_OLD, ragged, tv2_batch
+from tests.helpers.spec_vectors import TV2_ENTROPY, TV2_LP, TV2_MASK, TV2_OLD, ragged, tv2_batch
 
 ATOL = 1e-5
 GIVEN = AdvantageEstimator("given", lambda b: (b.advantages, b.advantages))

@@ -27,7 +27,7 @@ from arlarena_jax.arena.report.power import (
     verdict,
 )
 from arlarena_jax.train.held_out import paired_change
-from tests.test_report import held_out_games, make_run, val
+from tests.helpers.reports import held_out_games, make_run, val
 
 EXACT = 1e-12  # arithmetic on a handful of floats: only rounding
 

@@ -19,39 +19,22 @@ from arlarena_jax.models import QwenForCausalLM, response_log_probs, token_log_p
 from arlarena_jax.objectives import advantage, ratio
 from arlarena_jax.objectives import aggregate as agg
 from arlarena_jax.objectives.compose import Regularizer, chain
-from arlarena_jax.objectives.declare import Input, Reduction, reduce_stacked
+from arlarena_jax.objectives.declare import Reduction, reduce_stacked
 from arlarena_jax.rollout.loop import Rollout, TurnRow
 from arlarena_jax.train.sequences import padded_row_count, rollout_batch
 from arlarena_jax.train.update import (
     make_log_prob_fn,
     make_prepare_fn,
     make_update_step,
-    run_update,
     step_metric_reductions,
 )
-from tests.turn_rows import TINY_CONFIG, VOCAB, random_turn_rows, rows_of_prompt_lengths
-
-P, T = 6, 5
+from tests.helpers.rl_rows import P, T, grpo_steps, make_rows, prepared
+from tests.helpers.turn_rows import TINY_CONFIG, rows_of_prompt_lengths
 
 
 @pytest.fixture(scope="module")
 def split_model():
     return nnx.split(QwenForCausalLM(TINY_CONFIG, rngs=nnx.Rngs(0)))
-
-
-def make_rows(rng: np.random.Generator, n: int):
-    """n rows in groups of two trajectories, one turn each; returns 1 / 0 within each group."""
-    sequences, batch = random_turn_rows(
-        rng, n, vocab=VOCAB, group_size=2, prompt_length=P, response_length=T
-    )
-    return jax.tree.map(jnp.asarray, sequences), batch
-
-
-def prepared(graphdef, params, sequences, batch, objective, micro=2):
-    lp, ent = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=micro)(params, sequences)
-    batch = batch._replace(old_log_probs=lp * batch.response_mask, old_entropy=ent)
-    batch, _, _ = make_prepare_fn(objective)(batch, None)
-    return batch
 
 
 def test_response_log_probs_are_the_response_columns(split_model):
@@ -145,26 +128,6 @@ def test_non_finite_gradient_skips_the_update(split_model):
     assert not np.isfinite(float(metrics["grad_norm"]))
     jax.tree.map(np.testing.assert_array_equal, new_params, params)
     jax.tree.map(np.testing.assert_array_equal, new_opt_state, opt_state)
-
-
-def grpo_steps(graphdef, params, ppo_epochs: int = 3):
-    """Three GRPO epochs on :func:`make_rows`' batch (winners at even rows): the rows, the
-    summed response log-probs before and after, and the update's metric history."""
-    objective = chain(advantage.grpo(), ratio.vanilla())
-    assert Input.REF_LOG_PROBS not in objective.requirements  # no reference pass needed
-    sequences, batch = make_rows(np.random.default_rng(3), 8)
-    batch = prepared(graphdef, params, sequences, batch, objective)
-    optimizer = optax.adam(3e-3)
-    update = make_update_step(
-        graphdef, objective, optimizer, prompt_length=P, mini_batch_size=4, micro_batch_size=2
-    )
-    log_probs = make_log_prob_fn(graphdef, prompt_length=P, micro_batch_size=4)
-    before = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
-    params, _, history = run_update(
-        update, params, optimizer.init(params), sequences, batch, ppo_epochs=ppo_epochs
-    )
-    after = np.asarray((log_probs(params, sequences)[0] * batch.response_mask).sum(1))
-    return batch, before, after, history
 
 
 def test_updates_follow_the_advantage_sign(split_model):

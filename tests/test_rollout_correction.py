@@ -427,7 +427,7 @@ def test_the_update_step_applies_the_corrections():
 
     from arlarena_jax.models import QwenForCausalLM
     from arlarena_jax.train.update import make_log_prob_fn, make_prepare_fn, make_update_step
-    from tests.turn_rows import TINY_CONFIG, VOCAB, random_turn_rows
+    from tests.helpers.turn_rows import TINY_CONFIG, VOCAB, random_turn_rows
 
     graphdef, params = nnx.split(QwenForCausalLM(TINY_CONFIG, rngs=nnx.Rngs(0)))
     objective = presets.build(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,10 @@ from arlarena_jax.arena import jobs, plan, progress, spec
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.config_io import load_config, override_text
 from arlarena_jax.train.start import check_start, cloning_settings, is_rl_only, start_key
+from tests.helpers.sweeps import sweep_file
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "sokoban" / "base_tiny.yaml"
-
-
-def sweep_file(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(
-        f"base: {BASE}\nout: {tmp_path / 'runs'}\nstarts: {tmp_path / 'starts'}\n"
-        + textwrap.dedent(body)
-    )
-    return path
 
 
 def test_grid_zip_and_shorthands_expand_in_order(tmp_path):

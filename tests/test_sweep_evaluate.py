@@ -16,8 +16,8 @@ import pytest
 from arlarena_jax.arena import evaluate, jobs, plan, progress, spec
 from arlarena_jax.arena.sweep import _summary, jobs_of
 from arlarena_jax.errors import ConfigError
-from tests.test_report import make_run, val
-from tests.test_sweep_run import TINY, child_env
+from tests.helpers.reports import make_run, val
+from tests.helpers.sweeps import TINY, child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "sokoban" / "base_tiny.yaml"

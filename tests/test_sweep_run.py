@@ -18,32 +18,11 @@ import pytest
 from arlarena_jax.arena import jobs
 from arlarena_jax.arena.local import LocalExecutor, split_cores
 from arlarena_jax.arena.progress import Progress
+from tests.helpers.sweeps import TINY, child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "sokoban" / "base_tiny.yaml"
-TINY = """
-overrides:
-  sft.num_episodes: 64
-  sft.steps: 10
-  env.train_batch_size: 2
-  env.group_size: 2
-  env.max_turns: 8
-  trainer.mini_batch_size: 16
-  trainer.micro_batch_size: 8
-  sampler.max_concurrent_decodes: 16
-  trainer.eval_episodes: 16
-  env.eval_batch_size: 16
-  trainer.export_hf: false
-budget: {rl_steps: 1}
-"""
 METHODS = ("grpo", "gspo", "sapo")
-
-
-def child_env() -> dict[str, str]:
-    """The runs see one CPU device (not the test session's eight simulated ones)."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    return env
 
 
 def sweep(path: Path, *extra: str, **kwargs) -> subprocess.Popen:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,37 +30,14 @@ from arlarena_jax.train.held_out import held_out_path, read_records
 from arlarena_jax.train.loop import summary_table, train
 from arlarena_jax.train.metrics import read_scalars
 from arlarena_jax.train.resolution import resolve
+from tests.helpers.tiny_runs import SAMPO_TINY, SMALL, stopped_after_step_2
 
-CONFIG = "configs/sokoban/sampo_tiny.yaml"
-SMALL = [
-    "sft.num_episodes=16",
-    "sft.steps=4",
-    "trainer.eval_episodes=4",
-    "env.eval_batch_size=4",
-    "env.train_batch_size=2",
-    "env.group_size=2",
-    "trainer.mini_batch_size=8",
-    "trainer.micro_batch_size=4",
-    "sampler.max_concurrent_decodes=4",
-    "env.max_turns=3",
-    "trainer.save_every=1",
-    "trainer.eval_every=2",
-    "trainer.export_hf=false",
-]
+CONFIG = SAMPO_TINY
 
 
 def run(directory, steps: int, *extra: str):
     overrides = [*SMALL, *extra, f"trainer.total_steps={steps}", f"trainer.run_dir={directory}"]
     return train(load_config(CONFIG, overrides), console=False)
-
-
-def stopped_after_step_2(directory, tmp_path):
-    """A copy of the uninterrupted run as it stood after step 2: its checkpoints up to step 2
-    (checkpoints are saved every step), without the later one and the exports."""
-    copy = tmp_path / "run"
-    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("hf", "hf_critic"))
-    shutil.rmtree(copy / "checkpoints" / "3")
-    return copy
 
 
 @pytest.fixture(scope="module")

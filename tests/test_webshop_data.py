@@ -19,7 +19,7 @@ from envs.webshop.catalogue import (
 )
 from envs.webshop.goals import NO_PRICE_BOUND, price_bound, synthetic_goals
 from envs.webshop.shop import DATA_ENV_VAR, ShopSource, read_catalogue
-from tests.webshop_fixture import ATTRIBUTES, RECORDS
+from tests.helpers.webshop_fixture import ATTRIBUTES, RECORDS
 
 
 def write_data(folder, records=RECORDS, attributes=ATTRIBUTES):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.webshop.env import WebShopEnv, parse_action
-from tests.webshop_fixture import tiny_shop
+from tests.helpers.webshop_fixture import tiny_shop
 
 CREAM = "Glow Face Moisturizer Cream for Dry Skin"
 LOTION = "Glow Face Moisturizer Lotion for Oily Skin"

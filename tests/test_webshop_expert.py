@@ -12,7 +12,7 @@ from envs.pool import text_env_batch
 from envs.webshop.env import WebShopEnv, WebShopFactory
 from envs.webshop.expert import candidate_queries, expert_success, plan_purchase, replay
 from envs.webshop.shop import ShopSource, load_shop
-from tests.webshop_fixture import tiny_shop
+from tests.helpers.webshop_fixture import tiny_shop
 
 SMALL = ShopSource(num_products=60, test_size=30, nouns="lexicon")
 

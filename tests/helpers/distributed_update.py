@@ -5,7 +5,7 @@ turn rows, recomputes the old log-probs, prepares GRPO advantages and runs two m
 steps through the trainer's path (``put_rows`` placement, ``mesh``-jitted functions); it returns
 the updated parameters and the metrics as NumPy on every process.
 
-Started as ``python tests/distributed_update.py OUT.npz`` with ``ARLARENA_COORDINATOR``,
+Started as ``python tests/helpers/distributed_update.py OUT.npz`` with ``ARLARENA_COORDINATOR``,
 ``ARLARENA_NUM_PROCESSES`` and ``ARLARENA_PROCESS_ID`` set, it joins the multi-process runtime
 (2 CPU devices per process), runs on a (data=2, fsdp=2) mesh over all processes' devices and
 process 0 writes the result to OUT.npz (``test_distributed_update.py``).
@@ -36,7 +36,7 @@ from arlarena_jax.train.update import (
     make_update_step,
     run_update,
 )
-from tests.turn_rows import random_turn_rows
+from tests.helpers.turn_rows import random_turn_rows
 
 P, T, ROWS, MINI, MICRO = 8, 6, 16, 8, 4
 CONFIG = QwenConfig(

@@ -1,4 +1,4 @@
-"""Where the suite's time goes: a pytest plugin, opt-in with ``-p tests.suite_profile``.
+"""Where the suite's time goes: a pytest plugin, opt-in with ``-p tests.helpers.suite_profile``.
 
 For each test (setup, call and teardown together) it records the wall seconds, this process's CPU
 seconds, its child processes' CPU seconds, and the seconds JAX spent on the way to a program:
@@ -7,7 +7,7 @@ which JAX times as the same event), with the counts of compiles and cache hits. 
 appends JSON lines to ``$ARLARENA_SUITE_PROFILE`` (default ``suite_profile.jsonl``; under
 pytest-xdist the worker's name is added before the suffix).
 
-``python -m tests.suite_profile FILE [FILE ...]`` prints the slowest tests and the split.
+``python -m tests.helpers.suite_profile FILE [FILE ...]`` prints the slowest tests and the split.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Any
 from envs.local import LocalEnvBatch
 from envs.registry import EnvSpec, check_split
 from envs.text import Expert, ScriptedPolicy
-from tests.toyenv.env import Guess
-from tests.toyenv.prompts import GUESS_FORMAT
+from tests.helpers.toyenv.env import Guess
+from tests.helpers.toyenv.prompts import GUESS_FORMAT
 
 
 def make_batch(env: Any, num_envs: int, split: str) -> LocalEnvBatch:

@@ -1,0 +1,1 @@
+"""Helpers the tests share: fake environments, spec vectors, row builders, reference models."""
