@@ -27,7 +27,8 @@ reported in that part's result and the next part still runs.
 Results go to ``OUT/accelerator.json`` and ``OUT/accelerator.md`` (rewritten after every part, so
 a killed run keeps what it finished). ``--cpu-dry-run`` runs every part at tiny shapes on the CPU
 (transformers on PyTorch's CPU) in well under a minute: it keeps this script from rotting
-(tests/test_bench_accelerator.py). The device call: launch/README.md, "The one-call GPU check".
+(tests/project/test_bench_accelerator.py). The device call: launch/README.md, "The one-call GPU
+check".
 
     python bench/accelerator.py OUT [--cpu-dry-run] [--parts NAME ...] [--budget SECONDS]
                                     [--cap NAME=SECONDS ...] [--inject-failure NAME]

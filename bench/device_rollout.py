@@ -11,8 +11,8 @@ default, whose replies run to the 24-token budget and never solve a room (every 
 15 turns: the decode-heavy case), or ``--model-dir`` a trained policy's Hugging Face export
 (``<run_dir>/hf``), whose replies are 8 tokens and whose episodes end early. Batches: the main
 job's 16 × 8 = 128 environments and 4× that. Both paths play the same rooms with the same seed
-stream (they produce the same rows, tests/test_device_rollout.py); each is warmed up (compiled)
-once, then timed.
+stream (they produce the same rows, tests/rollout/test_device_rollout.py); each is warmed up
+(compiled) once, then timed.
 
     python bench/device_rollout.py [--batches 128 512] [--repeats 2] [--model-dir DIR]
 """

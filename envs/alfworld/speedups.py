@@ -17,9 +17,10 @@ objects, initial facts), and the SAS text is a string, so those are shared. ``pd
 rewrites ``sys.argv`` (a hack of fast-downward's option parser); a cached call does not.
 
 The observable behaviour is unchanged: the same walkthroughs, feedback texts and admissible
-commands (tests/test_alfworld_speedups.py plays the same games with and without). Games that differ
-in their problem text get their own entries; the memo holds at most ``MAX_ENTRIES`` of each.
-``ARLARENA_ALFWORLD_MEMO=off`` leaves the engine as it is (bench/alfworld_env.py's baseline).
+commands (tests/envs/test_alfworld_speedups.py plays the same games with and without). Games
+that differ in their problem text get their own entries; the memo holds at most ``MAX_ENTRIES``
+of each. ``ARLARENA_ALFWORLD_MEMO=off`` leaves the engine as it is (bench/alfworld_env.py's
+baseline).
 """
 
 from __future__ import annotations

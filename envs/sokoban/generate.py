@@ -20,9 +20,9 @@ attempts (row i of one ``U[0,1)`` draw from the key feeds attempt i) and keep th
 The measured per-attempt failure rate is ≈ 13%, so all 16 default attempts fail with probability
 ≈ 1e-14; then a fixed one-push room is returned and ``Room.ok`` is False.
 
-Checked (tests/test_sokoban_generation.py): the search returns the reference DFS's best state on
-hundreds of rooms, and 10,000 device rooms have the same BFS-optimal solution-length histogram as
-20,000 reference-algorithm rooms (total variation 0.008, mean 4.13 vs 4.11 moves).
+Checked (tests/envs/test_sokoban_generation.py): the search returns the reference DFS's best
+state on hundreds of rooms, and 10,000 device rooms have the same BFS-optimal solution-length
+histogram as 20,000 reference-algorithm rooms (total variation 0.008, mean 4.13 vs 4.11 moves).
 """
 
 from __future__ import annotations

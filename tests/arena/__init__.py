@@ -1,0 +1,1 @@
+"""Tests of sweeps, the report, keep-results."""

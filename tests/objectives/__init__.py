@@ -1,0 +1,1 @@
+"""Tests of the objective components: advantages, ratios, aggregation, regularizers, presets."""
