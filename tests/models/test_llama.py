@@ -39,16 +39,9 @@ from arlarena_jax.models.value import (
     save_value_pretrained,
     value_model_from_policy,
 )
-from tests.helpers.hf_reference import IDS, MASK, REAL, hf_logits
+from tests.helpers.hf_reference import IDS, MASK, REAL, TINY_HF, hf_logits
 
-COMMON = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
+COMMON = TINY_HF
 # Positions reach 6; with an original length of 16, every frequency whose wavelength exceeds 16
 # (all but the fastest two of head_dim 16 at θ = 500000) is divided by 8 or smoothed.
 LLAMA3 = {

@@ -20,17 +20,9 @@ from flax import nnx
 from arlarena_jax.models.config import QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, save_pretrained
 from arlarena_jax.models.qwen import QwenForCausalLM
-from tests.helpers.hf_reference import IDS, MASK, REAL, hf_logits
+from tests.helpers.hf_reference import IDS, MASK, REAL, TINY_HF, hf_logits
 
-COMMON = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    rope_theta=10000.0,
-)
+COMMON = TINY_HF
 
 
 def hf_model(kind: str, tie: bool):

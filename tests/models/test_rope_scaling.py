@@ -26,6 +26,7 @@ from arlarena_jax.models.config import QwenConfig, preset
 from arlarena_jax.models.hf_io import load_pretrained, save_pretrained
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.rope import dynamic_ntk_frequencies, inverse_frequencies
+from tests.helpers.hf_reference import TINY_HF
 
 LENGTH = 40
 _rng = np.random.default_rng(0)
@@ -34,15 +35,7 @@ MASK = np.ones((2, LENGTH), np.int64)
 MASK[0, :6] = 0  # left padding: row 0 has 34 real tokens
 IDS[0, :6] = 0
 REAL = MASK.astype(bool)
-COMMON = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    rope_theta=10000.0,
-)
+COMMON = TINY_HF
 
 LINEAR = {"rope_type": "linear", "factor": 2.5}
 DYNAMIC = {"rope_type": "dynamic", "factor": 2.5}
