@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import shutil
 
+from arlarena_jax.train.config_io import load_config
+from arlarena_jax.train.loop import train
+
 SAMPO_TINY = "configs/sokoban/sampo_tiny.yaml"  # cloning, then SAMPO
 BASE_TINY = "configs/sokoban/base_tiny.yaml"
 
@@ -23,6 +26,13 @@ RL_SIZES = [  # one RL step's sizes, evaluation and checkpoints every step or tw
     "trainer.export_hf=false",
 ]
 SMALL = ["sft.num_episodes=16", "sft.steps=4", *RL_SIZES]  # with 4 cloning steps first
+
+
+def train_tiny(config: str, sizes: list[str], directory, steps: int, *extra: str):
+    """Train ``config`` cut to ``sizes`` for ``steps`` RL steps in ``directory`` (later keys win:
+    ``extra`` over ``sizes``); returns the run's Summary."""
+    overrides = [*sizes, *extra, f"trainer.total_steps={steps}", f"trainer.run_dir={directory}"]
+    return train(load_config(config, overrides), console=False)
 
 
 def stopped_after_step_2(directory, tmp_path):

@@ -13,6 +13,7 @@ import transformers
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.models.hf_io import load_pretrained
 from arlarena_jax.train.config_io import load_config
+from tests.helpers.hf_reference import TINY_HF
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +21,7 @@ def checkpoint(tmp_path_factory):
     """A random 4-layer Llama (untied head) saved by ``transformers``, and the model itself."""
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
+        **TINY_HF | dict(vocab_size=128, num_hidden_layers=4, max_position_embeddings=128),
         initializer_range=0.2,
         tie_word_embeddings=False,
     )

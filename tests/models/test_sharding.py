@@ -12,6 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from arlarena_jax.models import QwenForCausalLM, preset
 from arlarena_jax.models.sharding import BATCH, make_mesh, parameter_spec, shard_model
+from tests.helpers.hf_reference import TINY_HF
 
 pytestmark = pytest.mark.skipif(
     jax.device_count() < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8"
@@ -73,14 +74,7 @@ def test_load_pretrained_straight_into_the_mesh(tmp_path):
     import transformers
 
     config = transformers.Qwen3Config(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        tie_word_embeddings=False,
+        **TINY_HF | dict(vocab_size=64), head_dim=16, tie_word_embeddings=False
     )
     transformers.Qwen3ForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
     from arlarena_jax.models.hf_io import load_pretrained

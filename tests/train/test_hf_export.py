@@ -31,6 +31,7 @@ from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, Request, generate
 from arlarena_jax.tokenization import stop_token_ids, train_tiny
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.export import export_hf
+from tests.helpers.hf_reference import TINY_HF
 
 CORPUS = [
     "You are an agent in a 6x6 Sokoban room. Push the box onto the target.",
@@ -51,14 +52,8 @@ def random_model(tokenizer, tmp_path_factory):
     """Our model, loaded from a random ``transformers`` Qwen3 with an untied ``lm_head``."""
     torch.manual_seed(0)
     config = transformers.Qwen3Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **TINY_HF | dict(vocab_size=512, max_position_embeddings=256),
         head_dim=16,
-        max_position_embeddings=256,
         initializer_range=0.1,
         tie_word_embeddings=False,
     )

@@ -20,10 +20,8 @@ import pytest
 
 from arlarena_jax.cli import main
 from arlarena_jax.models.value import QwenValueModel, load_value_pretrained
-from arlarena_jax.train.config_io import load_config
-from arlarena_jax.train.loop import train
 from arlarena_jax.train.metrics import read_scalars
-from tests.helpers.tiny_runs import BASE_TINY, stopped_after_step_2
+from tests.helpers.tiny_runs import BASE_TINY, stopped_after_step_2, train_tiny
 from tests.helpers.tiny_runs import SMALL as TRAINER_SMALL
 
 CONFIG = BASE_TINY
@@ -47,8 +45,7 @@ CRITIC_KEYS = (
 
 
 def run(directory, steps: int, *extra: str):
-    overrides = [*SMALL, *extra, f"trainer.total_steps={steps}", f"trainer.run_dir={directory}"]
-    return train(load_config(CONFIG, overrides), console=False)
+    return train_tiny(CONFIG, SMALL, directory, steps, *extra)
 
 
 @pytest.fixture(scope="module")

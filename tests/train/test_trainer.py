@@ -27,17 +27,16 @@ from arlarena_jax.train import loop
 from arlarena_jax.train.config_io import load_config
 from arlarena_jax.train.finish import Summary
 from arlarena_jax.train.held_out import held_out_path, read_records
-from arlarena_jax.train.loop import summary_table, train
+from arlarena_jax.train.loop import summary_table
 from arlarena_jax.train.metrics import read_scalars
 from arlarena_jax.train.resolution import resolve
-from tests.helpers.tiny_runs import SAMPO_TINY, SMALL, stopped_after_step_2
+from tests.helpers.tiny_runs import SAMPO_TINY, SMALL, stopped_after_step_2, train_tiny
 
 CONFIG = SAMPO_TINY
 
 
 def run(directory, steps: int, *extra: str):
-    overrides = [*SMALL, *extra, f"trainer.total_steps={steps}", f"trainer.run_dir={directory}"]
-    return train(load_config(CONFIG, overrides), console=False)
+    return train_tiny(CONFIG, SMALL, directory, steps, *extra)
 
 
 @pytest.fixture(scope="module")
