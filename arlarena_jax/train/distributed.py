@@ -10,6 +10,12 @@ One process per host (TPU pod worker, GPU node) runs the same command. The entry
   discovers the coordinator itself.
 
 Otherwise (one process) nothing happens.
+
+Bounded waits (seconds, from the environment so that every launcher sets them alike):
+``ARLARENA_INIT_TIMEOUT_S`` (default 120) for reaching the coordinator, after which the start is
+one line naming it; ``ARLARENA_HEARTBEAT_TIMEOUT_S`` (default 60) after which the coordination
+service declares a silent process dead; ``ARLARENA_PROCESS_TIMEOUT_S`` (default 600) for any
+host-side exchange between processes (:mod:`arlarena_jax.train.processes`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import os
 from collections.abc import Mapping
 
 import jax
+
+from arlarena_jax.errors import ConfigError
 
 
 def distributed_settings(env: Mapping[str, str]) -> dict | None:
@@ -43,10 +51,39 @@ def distributed_settings(env: Mapping[str, str]) -> dict | None:
     return None
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        value = float(env.get(name, default))
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {env[name]!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {env[name]!r}")
+    return value
+
+
+def process_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """How long a host-side exchange waits for another process (``ARLARENA_PROCESS_TIMEOUT_S``)."""
+    return _seconds(os.environ if env is None else env, "ARLARENA_PROCESS_TIMEOUT_S", 600.0)
+
+
 def initialize_if_distributed(env: Mapping[str, str] | None = None) -> bool:
-    """Start JAX's multi-controller runtime when launched as several processes; True if it did."""
-    settings = distributed_settings(os.environ if env is None else env)
+    """Start JAX's multi-controller runtime when launched as several processes; True if it did.
+    A coordinator that does not answer within ``ARLARENA_INIT_TIMEOUT_S`` is one ConfigError."""
+    env = os.environ if env is None else env
+    settings = distributed_settings(env)
     if settings is None:
         return False
-    jax.distributed.initialize(**settings)
+    init_s = int(_seconds(env, "ARLARENA_INIT_TIMEOUT_S", 120.0))
+    heartbeat_s = int(_seconds(env, "ARLARENA_HEARTBEAT_TIMEOUT_S", 60.0))
+    try:
+        jax.distributed.initialize(
+            **settings, initialization_timeout=init_s, heartbeat_timeout_seconds=heartbeat_s
+        )
+    except Exception as error:  # XlaRuntimeError / RuntimeError from the coordination client
+        where = settings.get("coordinator_address", "the coordinator")
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise ConfigError(
+            f"could not join the other processes through {where} within {init_s} s "
+            f"(ARLARENA_INIT_TIMEOUT_S): {type(error).__name__}: {first}"
+        ) from None
     return True

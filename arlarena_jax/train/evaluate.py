@@ -32,10 +32,16 @@ def evaluate(
     rows: Any = None,
     before_chunk: Callable[[], None] | None = None,
     collector: Callable[..., Rollout] = collect,
+    first_index: int = 0,
+    whole: Callable[[Rollout], Rollout] | None = None,
 ) -> tuple[dict[str, float], Rollout]:
     """``val/…`` metrics over one episode per seed, and the merged rollout. ``before_chunk()``
     runs before each chunk (the trainer's stop check: it raises to abandon the evaluation);
-    ``collector`` plays each chunk (``collect``, or an on-device rollout's ``collect``)."""
+    ``collector`` plays each chunk (``collect``, or an on-device rollout's ``collect``).
+
+    Several processes: ``seeds`` are this process's block of the evaluation, whose episodes are
+    numbered from ``first_index``, and ``whole`` gathers every process's merged rollout into the
+    evaluation's (the metrics are the whole evaluation's)."""
     if not seeds:
         raise ValueError("evaluate needs at least one seed")
     kept_rows, trajectories = [], []
@@ -52,11 +58,12 @@ def evaluate(
             history_length=history_length,
             rows=rows,
             training=False,
-            group_offset=chunk.start,
+            group_offset=first_index + chunk.start,
         )
         kept = {t.trajectory for t in rollout.trajectories[: chunk.real]}
         trajectories += rollout.trajectories[: chunk.real]
         kept_rows += [r for r in rollout.rows if r.trajectory in kept]
     merged = Rollout(kept_rows, trajectories, 1, task_format.name)
+    merged = merged if whole is None else whole(merged)
     metrics = rollout_metrics(merged, training=False, episode_metrics=task_format.episode_metrics)
     return metrics, merged

@@ -20,6 +20,7 @@ from arlarena_jax.train import build
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.evaluate import evaluate
 from arlarena_jax.train.held_out import episode_records, held_out_path, write_records
+from arlarena_jax.train.process_shares import block, whole_rollout
 from arlarena_jax.train.stops import on_any_process
 
 
@@ -64,20 +65,24 @@ class Evaluation:
     def run(self, params, step: int | None, before_chunk) -> tuple[dict[str, float], Rollout]:
         """Evaluate the sampler's ``params`` (``before_chunk``: a safe point between chunks);
         the metrics and the held-out rollout itself (turn by turn, for transcripts)."""
-        c, p = self.config, self.pieces
+        c, p, x = self.config, self.pieces, self.pieces.exchange
         p.engine.update_params(params)
+        seeds = eval_seeds(c)
+        mine = block(len(seeds), x.index, x.count)  # this process's episodes (process_shares)
         metrics, rollout = evaluate(
             p.envs("eval"),
             p.task_format,
             eval_policy(p.policy, c),
-            seeds=eval_seeds(c),
+            seeds=seeds[mine.start : mine.stop],
             max_turns=c.env.max_turns,
             history_length=c.env.history_length,
             rows=p.rows,
             before_chunk=before_chunk,
             collector=p.collector,
+            first_index=mine.start,
+            whole=lambda part: whole_rollout(x, "eval", part, 0),
         )
-        self.last_episodes = episode_records(rollout.trajectories, eval_seeds(c))
+        self.last_episodes = episode_records(rollout.trajectories, seeds)
         if step is not None:
             p.writer.scalars(step, metrics)
             self.keep_episodes(step)

@@ -89,20 +89,34 @@ def evaluation_key(tag: str, split: str | None) -> str:
     return tag
 
 
+class _NoEvents:
+    """A SummaryWriter that writes nothing."""
+
+    def add_scalar(self, *args, **kwargs) -> None: ...
+
+    def add_text(self, *args, **kwargs) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class MetricsWriter:
     """Scalars and text into TensorBoard event files under ``log_dir`` (tensorboardX); the
     evaluation's ``val/…`` metrics are written as ``<eval_split>/…`` (:func:`split_tag`)."""
 
     def __init__(
-        self, log_dir: str | Path, *, flush_secs: int = 30, eval_split: str | None = None
+        self, log_dir: str | Path | None, *, flush_secs: int = 30, eval_split: str | None = None
     ) -> None:
-        self.log_dir = Path(log_dir)
+        """``log_dir`` None: check and count as usual but write nothing (the processes of a
+        multi-process run other than process 0: one writer per run directory)."""
+        self.log_dir = None if log_dir is None else Path(log_dir)
         self.eval_split = eval_split
         # a file of its own, even when another writer starts in the same second (a resume right
         # after a crash): tensorboardX names files by the second and host, and truncates
         suffix = f".{os.getpid()}.{next(_WRITER_NUMBERS)}"
-        self._writer = SummaryWriter(
-            str(self.log_dir), flush_secs=flush_secs, filename_suffix=suffix
+        self._writer = (
+            _NoEvents()
+            if log_dir is None
+            else SummaryWriter(str(self.log_dir), flush_secs=flush_secs, filename_suffix=suffix)
         )
         self.nonfinite: dict[str, int] = defaultdict(int)  # key -> values skipped
 
@@ -137,6 +151,8 @@ class MetricsWriter:
         tensorboardX queues events for a background thread that flushes every ``flush_secs``;
         its own ``flush()`` skips the queue. Here the thread is stopped (it writes the queued
         events first), the file is flushed and fsynced, and a new thread takes over."""
+        if isinstance(self._writer, _NoEvents):
+            return
         events = getattr(self._writer.file_writer, "event_writer", None)
         worker = getattr(events, "_worker", None)
         if events is None or worker is None or getattr(events, "_closed", True):

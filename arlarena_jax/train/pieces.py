@@ -11,8 +11,12 @@ from typing import Any
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
+from arlarena_jax.train.distributed import process_timeout_s
+from arlarena_jax.train.fingerprint import check_same_start
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import MetricsWriter, TimedEnvBatch, Timer
+from arlarena_jax.train.process_shares import block, check_group_shares
+from arlarena_jax.train.processes import Exchange
 from arlarena_jax.train.resolution import Resolved
 
 
@@ -27,8 +31,11 @@ class Pieces:
         self.resolved, self.run_dir, self.closing = run, run_dir, closing
         self.config = config = run.config
         self.first_calls = first_calls
+        self.exchange = Exchange(process_timeout_s())  # one process: exchanges nothing
+        check_group_shares(config.env.train_batch_size, self.exchange.count)
+        check_same_start(self.exchange, run)
         self.mesh = build.build_mesh(config)
-        self.tokenizer = run_tokenizer(run)  # kept in run_dir/tokenizer when built
+        self.tokenizer = self._tokenizer()
         self.model = build.build_model(config, self.tokenizer, self.mesh, config.trainer.seed)
         self.objective = build.build_objective(run)
         self.task_format = build.task_format(run)
@@ -39,11 +46,21 @@ class Pieces:
         self._envs: dict[str, Any] = {}
         self._device_rollout: Any = None
 
+    def _tokenizer(self) -> Any:
+        """The run's tokenizer, kept in run_dir/tokenizer when built: process 0 keeps it, the
+        others read the kept one once it is there (one writer to the shared directory)."""
+        x = self.exchange
+        tokenizer = run_tokenizer(self.resolved) if x.index == 0 else None
+        x.allgather("tokenizer kept", None)  # process 0 has written it
+        return tokenizer if x.index == 0 else run_tokenizer(self.resolved)
+
     @property
     def writer(self) -> MetricsWriter:
         if self._writer is None:
+            first = self.exchange.index == 0  # one writer of the run's event files
             writer = MetricsWriter(
-                self.run_dir / "tensorboard", eval_split=self.config.trainer.eval_split
+                self.run_dir / "tensorboard" if first else None,
+                eval_split=self.config.trainer.eval_split,
             )
             self._writer = self.closing.enter_context(contextlib.closing(writer))
         return self._writer
@@ -83,10 +100,11 @@ class Pieces:
         if purpose not in self._envs:
             c = self.config
             training = purpose == "train"
+            x = self.exchange  # each process opens its share (process_shares)
             n = (
-                c.env.train_batch_size * c.env.group_size
+                c.env.train_batch_size // x.count * c.env.group_size
                 if training
-                else min(c.env.eval_batch_size, c.trainer.eval_episodes)
+                else min(c.env.eval_batch_size, len(block(c.trainer.eval_episodes, 0, x.count)))
             )
             split = "train" if training else c.trainer.eval_split
             batch = self.closing.enter_context(

@@ -27,6 +27,8 @@ from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.policy import Policy
 from arlarena_jax.train.critic import CriticSetup, CriticState, critic_metrics, update_critic
 from arlarena_jax.train.metrics import Timer
+from arlarena_jax.train.process_shares import block, whole_rollout
+from arlarena_jax.train.processes import Exchange
 from arlarena_jax.train.sequences import bucket_length, rollout_batch
 from arlarena_jax.train.update import UpdateStep, run_update, step_metric_reductions
 from envs.base import EnvBatch
@@ -97,6 +99,7 @@ def collect_batch(
     rows: Any = None,
     global_step: int,
     collector: Callable[..., Rollout] = collect,
+    exchange: Exchange | None = None,
 ) -> tuple[Rollout, Rollout, int]:
     """Roll out (docs/environments.md §1.2) with the objective's dynamic-sampling filter
     (docs/algorithms.md §7).
@@ -105,27 +108,35 @@ def collect_batch(
     kept groups merged, the last try's full rollout (the one rollout metrics come from,
     docs/algorithms.md §7) and the number of tries. ``collector`` plays a batch (``collect``'s
     signature): the host loop, or an on-device rollout's ``collect``.
+
+    With several processes (``exchange``), ``envs`` holds this process's share: each try's
+    groups are cut into blocks (:func:`~arlarena_jax.train.process_shares.block`), this process
+    plays its block, and the whole try is gathered before the filter, so every process keeps the
+    same groups.
     """
     last: list[Rollout] = []
+    exchange = Exchange() if exchange is None else exchange
 
     def generate() -> list[Rollout]:
         seeds = list(group_seeds(len(last)))
-        rollout = collector(
+        mine = block(len(seeds), exchange.index, exchange.count)  # this process's groups
+        part = collector(
             envs,
             task_format,
             policy,
-            group_seeds=seeds,
+            group_seeds=seeds[mine.start : mine.stop],
             group_size=group_size,
             max_turns=max_turns,
             history_length=history_length,
             rows=rows,
             training=True,
-            group_offset=len(last) * len(seeds),
+            group_offset=len(last) * len(seeds) + mine.start,
         )
+        rollout = whole_rollout(exchange, "train", part, mine.start * group_size)
         last.append(rollout)
         return split_groups(rollout)
 
-    train_batch_size = envs.num_envs // group_size
+    train_batch_size = envs.num_envs // group_size * exchange.count
     result = dynamic_sampling.collect_groups(
         generate,
         lambda g: [t.episode_return for t in g.trajectories if not t.failed],  # §3.0

@@ -107,6 +107,7 @@ def play_batch(
         rows=pieces.rows,
         global_step=step,
         collector=collector,
+        exchange=pieces.exchange,
     )
 
 

@@ -164,7 +164,8 @@ class Run:
         evaluate the starting policy, saved as step 0 with cloning or as a rollback target."""
         c = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(c, self.run_dir / "config.yaml")
+        if jax.process_index() == 0:
+            dump_config(c, self.run_dir / "config.yaml")
         self.check_stop()
         resumed = self.resume()
         if resumed is None and c.sft.enabled:

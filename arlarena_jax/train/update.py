@@ -31,13 +31,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from arlarena_jax.models.logprobs import response_log_probs
 from arlarena_jax.models.lora import join_trainable, split_trainable
-from arlarena_jax.models.sharding import BATCH, tree_shardings
+from arlarena_jax.models.sharding import BATCH, put_rows, tree_shardings
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Objective
 from arlarena_jax.objectives.declare import (
@@ -110,9 +111,25 @@ def mesh_jit(
                     donate_argnums=donate_argnums,
                 )
             )
-        return compiled[0](*args)
+        return compiled[0](*args[:state_args], *host_rows(args[state_args:], mesh))
 
     return call
+
+
+def host_rows(trees: tuple, mesh: Mesh) -> tuple:
+    """Row batches as the jitted call takes them: on several processes, NumPy leaves (the same
+    whole host batch on every process) and arrays on this process's devices become global
+    arrays split over ``data`` × ``fsdp`` (``put_rows``: each process keeps its devices' rows);
+    global arrays pass as they are. One process passes them to jit directly (it places them)."""
+    if jax.process_count() == 1:
+        return trees
+
+    def place(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return leaf
+        return put_rows(np.asarray(leaf), mesh)
+
+    return jax.tree.map(place, trees)
 
 
 def unless_padding(real: Array, fn: Callable, *args):

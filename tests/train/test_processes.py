@@ -1,0 +1,68 @@
+"""The processes of a run: which episodes each plays (``block``, a law checked with hypothesis),
+the one-line refusal of a batch that does not split into whole groups, and the host exchange
+between real ``jax.distributed`` processes on localhost (``tests/helpers/exchange_worker.py``):
+allgather in process order per tag, differing start-up fingerprints refused in one line, and a
+process that never answers lost within the stated timeout (3 s here), never a hang."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arlarena_jax.errors import ConfigError
+from arlarena_jax.train.process_shares import block, check_group_shares
+from arlarena_jax.train.processes import Exchange
+from tests.helpers.processes import ROOT, run
+
+WORKER = ROOT / "tests" / "helpers" / "exchange_worker.py"
+
+
+@given(st.integers(0, 500), st.integers(1, 64))
+def test_blocks_cover_the_items_in_process_order(total, count):
+    blocks = [block(total, p, count) for p in range(count)]
+    assert [i for b in blocks for i in b] == list(range(total))  # disjoint, in order, complete
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+
+
+def test_a_batch_of_whole_groups_per_process_is_accepted_and_another_refused():
+    check_group_shares(8, 4)
+    with pytest.raises(ConfigError, match=r"'env.train_batch_size' \(6 groups\).*4 processes"):
+        check_group_shares(6, 4)
+
+
+def test_one_process_exchanges_nothing():
+    assert Exchange().allgather("anything", {"a": 1}) == [{"a": 1}]
+
+
+def _outputs(what: str, n: int = 2, **extra) -> list[dict]:
+    results = run([what], n, script=WORKER, timeout=120, extra=extra, devices=1)
+    outputs = []
+    for code, out in results:
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        outputs.append(json.loads(lines[-1]) if lines else {"exit": code, "out": out[-2000:]})
+    return outputs
+
+
+def test_allgather_returns_every_process_object_in_process_order():
+    outputs = _outputs("gather", 3)
+    for out in outputs:
+        assert out["first"] == [{"process": p, "rows": list(range(p + 1))} for p in range(3)]
+        assert out["other"] == [f"text of {p}" for p in range(3)]
+        assert out["second"] == [0, 10, 20]
+
+
+def test_processes_started_differently_are_refused_in_one_line():
+    for out in _outputs("differ"):
+        message = out["refused"]
+        assert message and "\n" not in message
+        assert "process 1 was started with other config than process 0" in message
+
+
+def test_a_process_that_never_answers_is_lost_within_the_timeout():
+    out = _outputs("silent", ARLARENA_PROCESS_TIMEOUT_S="3")[0]
+    assert out["lost"] and "\n" not in out["lost"]
+    assert "process 1 did not answer 'never/0' within 3 s" in out["lost"]
+    assert out["seconds"] < 30
