@@ -35,6 +35,7 @@ from arlarena_jax.train.demos import (
 )
 from arlarena_jax.train.held_out import held_out_path, read_records, write_records
 from arlarena_jax.train.layout import checkpoints_dir
+from arlarena_jax.train.process_shares import block
 from arlarena_jax.train.run_state import HostState
 from arlarena_jax.train.sft import CloneState, SFTJob, prepare_sft
 from arlarena_jax.train.start import START_STEP
@@ -126,7 +127,12 @@ class Cloning:
                 print(f"demonstrations: {len(demos)} expert turns kept in {path}", flush=True)
             return demos
         seeds = range(build.DEMO_SEED_BASE, build.DEMO_SEED_BASE + sft.num_episodes)
-        demos = demonstrations(c.env, seeds, before_chunk=self.stops.check)
+        x = self.pieces.exchange  # each process plays its block of the seeds (process_shares)
+        mine = block(len(seeds), x.index, x.count)
+        part = demonstrations(
+            c.env, [seeds[i] for i in mine], before_chunk=self.stops.check_between_chunks
+        )
+        demos = [d for piece in x.allgather("demonstrations", part) for d in piece]
         if demos and jax.process_index() == 0:
             write_demonstrations(path, demos, key)
         return demos

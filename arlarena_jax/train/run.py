@@ -266,7 +266,8 @@ class Run:
         """:meth:`evaluate`, and the held-out rollout itself (turn by turn, for transcripts).
         Under asynchronous RL the producer is paused meanwhile (the engine is shared)."""
         with self.async_rollouts.paused():
-            return self.evaluation.run(self.learner.sampler_params(), step, self.check_stop)
+            chunks = self.stops.check_between_chunks
+            return self.evaluation.run(self.learner.sampler_params(), step, chunks)
 
     @property
     def last_eval_episodes(self) -> list[dict[str, Any]]:

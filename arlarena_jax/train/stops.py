@@ -45,6 +45,14 @@ class Stops:
         if self.requested():
             raise self.stopped_at(at)
 
+    def check_between_chunks(self) -> None:
+        """A safe point between the chunks of a process's own share of a phase (evaluation
+        episodes, demonstrations): their number differs between processes, so a collective there
+        would deadlock. One process checks (:meth:`check`); several leave the decision to the
+        phase's next shared safe point."""
+        if jax.process_count() == 1:
+            self.check()
+
     def requested(self) -> bool:
         """Whether a signal asked to stop; on several processes, whether any process got one
         (a collective: every process stops at the same safe point)."""
