@@ -44,7 +44,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
-from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from orbax.checkpoint.checkpoint_managers import preservation_policy as keep_policy
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as save_policy
 
@@ -193,6 +193,17 @@ def read_params(
     return restored[key], host
 
 
+def global_copy(leaf: Any) -> Any:
+    """``leaf`` as orbax saves it from several processes: an array held whole on one of this
+    process's devices (a fresh optimizer's step count, the objective's state: computed alike on
+    every process from the same whole batch) becomes a global array replicated over every
+    process's devices; global arrays and one process's arrays pass as they are."""
+    if jax.process_count() == 1 or not isinstance(leaf, jax.Array) or not leaf.is_fully_addressable:
+        return leaf
+    everywhere = NamedSharding(Mesh(np.asarray(jax.devices()), ("all",)), PartitionSpec())
+    return jax.make_array_from_process_local_data(everywhere, np.asarray(leaf))
+
+
 def _stderr(message: str) -> None:
     print(f"arlarena: {message}", file=sys.stderr, flush=True)
 
@@ -308,7 +319,7 @@ class Checkpointer:
         impls = {
             n: str(jax.random.key_impl(x)) for n, x in zip(names, leaves, strict=True) if _is_key(x)
         }
-        plain = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+        plain = [global_copy(jax.random.key_data(x) if _is_key(x) else x) for x in leaves]
         meta = {"prng_keys": impls, "good": bool(good)}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(jax.tree_util.tree_unflatten(treedef, plain)),
