@@ -117,13 +117,29 @@ class Finish:
             self.pieces.model,
             self.pieces.tokenizer,
         )
-        nnx.update(model, state.params)
-        export_hf(self.run_dir / "hf", merged_model(model), tokenizer, self.config)
+        # several processes: every one gathers the whole parameters (a collective), process 0
+        # writes, and the others wait for it (one writer of the shared run directory)
+        first = self.pieces.exchange.index == 0
+        nnx.update(model, _whole(state.params))
+        if first:
+            export_hf(self.run_dir / "hf", merged_model(model), tokenizer, self.config)
         if state.critic is not None:
-            nnx.update(self.learner.critic_module, state.critic_params)
+            nnx.update(self.learner.critic_module, _whole(state.critic_params))
             critic = exportable_critic(self.learner.critic_module, model)
-            export_critic(self.run_dir / "hf_critic", critic, tokenizer)
+            if first:
+                export_critic(self.run_dir / "hf_critic", critic, tokenizer)
+        self.pieces.exchange.allgather("exported", None)
 
     def _write(self, record: dict[str, Any]) -> None:
         if jax.process_index() == 0:
             write_final(self.run_dir, record)
+
+
+def _whole(params: Any) -> Any:
+    """The parameters as this process can write them: themselves with one process; with
+    several, whole NumPy copies gathered from every process (a collective)."""
+    if jax.process_count() == 1:
+        return params
+    from arlarena_jax.models.sharding import to_host
+
+    return to_host(params)
