@@ -1,0 +1,114 @@
+"""``arlarena train`` as several ``jax.distributed`` processes on localhost (issue 65), and the law
+that the number of processes does not change the result.
+
+One config (the main job's Sokoban shrunk to 2 RL steps of 4 groups of 2, a (data=2, fsdp=2)
+mesh over 4 devices) runs as 1 process with 4 devices, 2 processes with 2 devices and 4 processes
+with 1 device, on one shared run directory each. Each process plays its block of the groups and of
+the evaluation's episodes and decodes on its own devices; environment seeds and sampling keys
+follow the global episode. Expected, by that construction:
+
+- the held-out episodes (seed, won, return, length) are equal, record for record;
+- the training metrics that count or average what was played (``episode/…``, ``batch/…``, the
+  scores) are equal: the same trajectories;
+- the update's metrics (``actor/…``) agree within 1e-4 relative + 1e-6 absolute: the same
+  program over the same 4-device mesh, its float32 reductions ordered by the collectives of one
+  or several processes (the two-process update test measured ~1e-6);
+- timings, throughput and compile counts are not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from arlarena_jax.train.metrics import read_scalars
+from tests.helpers.processes import run, tail
+
+CONFIG = "configs/sokoban/sampo_tiny.yaml"
+SHRUNK = [
+    "sft.num_episodes=16",
+    "sft.steps=4",
+    "trainer.total_steps=2",
+    "trainer.eval_episodes=6",  # blocks of 3, 3 (2 processes) and 2, 2, 1, 1 (4)
+    "env.eval_batch_size=2",
+    "env.train_batch_size=4",
+    "env.group_size=2",
+    "trainer.mini_batch_size=8",
+    "trainer.micro_batch_size=4",
+    "sampler.max_concurrent_decodes=4",
+    "env.max_turns=3",
+    "trainer.eval_every=1",
+    "trainer.save_every=1",
+    "mesh.data=2",
+    "mesh.fsdp=2",
+]
+NOT_COMPARED = ("timing/", "perf/", "compile/", "memory/", "sft/timing")
+EXACT = ("episode/", "batch/", "critic/score/", "val/", "validation/", "test/")
+
+
+def train(run_dir, processes: int, *extra: str, timeout: float = 900) -> list[str]:
+    """The shrunk config in ``run_dir`` as ``processes`` processes over 4 devices in all."""
+    argv = ["train", CONFIG, *SHRUNK, *extra, f"trainer.run_dir={run_dir}"]
+    results = run(argv, processes, devices=4 // processes, timeout=timeout)
+    outputs = [out for _, out in results]
+    assert all(code == 0 for code, _ in results), tail(outputs)
+    return outputs
+
+
+def held_out(run_dir) -> dict[str, list[dict]]:
+    return {
+        path.relative_to(run_dir).as_posix(): [json.loads(line) for line in path.open()]
+        for path in sorted((run_dir / "held_out").rglob("*.jsonl"))
+    }
+
+
+def compared(scalars: dict) -> dict:
+    return {k: v for k, v in scalars.items() if not k.startswith(NOT_COMPARED)}
+
+
+def assert_same_run(a, b) -> None:
+    """``b`` played and logged what ``a`` did (module doc: exact or within the stated
+    tolerance)."""
+    assert held_out(a) == held_out(b)
+    ours, theirs = compared(read_scalars(a / "tensorboard")), compared(read_scalars(b / "tensorboard"))
+    assert set(ours) == set(theirs)
+    for tag, points in ours.items():
+        assert [s for s, _ in points] == [s for s, _ in theirs[tag]], tag
+        for (step, x), (_, y) in zip(points, theirs[tag], strict=True):
+            if tag.startswith(EXACT):
+                assert x == y, (tag, step, x, y)
+            else:
+                assert math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-6), (tag, step, x, y)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("one") / "run"
+    train(run_dir, 1)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("two") / "run"
+    outputs = train(run_dir, 2)
+    return run_dir, outputs
+
+
+def test_two_processes_train_to_the_end_with_one_writer(two_processes):
+    run_dir, outputs = two_processes
+    assert json.loads((run_dir / "final.json").read_text())["complete"]
+    assert (run_dir / "hf" / "model.safetensors").is_file()
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert "held-out success after RL" in outputs[0]
+
+
+def test_two_processes_play_what_one_plays(one_process, two_processes):
+    assert_same_run(one_process, two_processes[0])
+
+
+def test_four_processes_play_what_one_plays(one_process, tmp_path):
+    train(tmp_path / "run", 4)
+    assert_same_run(one_process, tmp_path / "run")
