@@ -7,10 +7,11 @@ the raw current observation. A format bundles the plain functions one environmen
 extraction, prompt, projection, memory word); each environment defines its formats in
 ``envs/<name>/prompts.py`` and lists them in its :class:`envs.registry.EnvSpec`.
 
-A policy answers N prompts with N :class:`Generation`; :class:`ScriptedPolicy` makes one from a
-plain function (tests and experts). The template fragments shared by the paper's formats
-(``THINK_THEN_ACT``, ``HISTORY``) are here too; every template starts with a newline, as the
-original strings do.
+A policy answers N prompts with N :class:`Generation`, given one sampler seed per prompt
+(``seeds``, from the episode's identity: ``arlarena_jax.rollout.keys``; a scripted policy ignores
+them); :class:`ScriptedPolicy` makes one from a plain function (tests and experts). The template
+fragments shared by the paper's formats (``THINK_THEN_ACT``, ``HISTORY``) are here too; every
+template starts with a newline, as the original strings do.
 
 Observation conventions (``envs.base.Observation``): ``text`` is the raw observation (the anchor;
 WebShop: the quote-formatted page; Sokoban: the grid). ``admissible`` holds ALFWorld's
@@ -150,15 +151,20 @@ class ScriptedPolicy:
 
     fn: Callable[[list[str]], Sequence[str]]
 
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
-        """The function's texts, one per prompt."""
+    def __call__(
+        self, prompts: list[str], *, training: bool, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """The function's texts, one per prompt (``seeds`` ignored)."""
         texts = list(self.fn(list(prompts)))
         if len(texts) != len(prompts):
             raise ValueError(f"scripted policy returned {len(texts)} texts for {len(prompts)}")
         return [Generation(str(t)) for t in texts]
 
-    def continue_from(self, contexts: Sequence[Context], *, training: bool) -> list[Generation]:
-        """The function's texts for ``prompt + text`` of each context (no ids)."""
+    def continue_from(
+        self, contexts: Sequence[Context], *, training: bool, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """The function's texts for ``prompt + text`` of each context (no ids; ``seeds``
+        ignored)."""
         return self([c.prompt + c.text for c in contexts], training=training)
 
     def encode_text(self, text: str) -> list[int]:
@@ -169,7 +175,8 @@ class ScriptedPolicy:
         return ""
 
 
-# A policy as the rollout calls it: ``policy(prompts, training=...)`` -> one Generation each.
+# A policy as the rollout calls it: ``policy(prompts, training=..., seeds=...)`` -> one Generation
+# each (``seeds``: one sampler seed per prompt, which a scripted expert ignores).
 ExpertPolicy = Callable[..., list[Generation]]
 
 
@@ -214,7 +221,9 @@ class ReplayPolicy:
         self.think = think
         self.turn = 0
 
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
+    def __call__(
+        self, prompts: list[str], *, training: bool, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
         if len(prompts) != len(self.plans):
             raise ValueError(
                 f"{type(self).__name__} holds {len(self.plans)} plans but got {len(prompts)} "

@@ -1,5 +1,6 @@
 """The multi-turn rollout (docs/environments.md §1): the turn loop producing one row per active
-turn, the history memory, the LLM policy and success metrics. The environments' prompt formats,
+turn, the history memory, the LLM policy, the sampling seeds of each episode's turns
+(:mod:`arlarena_jax.rollout.keys`) and success metrics. The environments' prompt formats,
 projections and the policy output type live in :mod:`envs` (``envs.text``, ``envs.projection``,
 ``envs/<name>/prompts.py``), looked up through :mod:`envs.registry`."""
 

@@ -10,12 +10,14 @@ compact prompt), each turn of a ``lax.while_loop`` over turns:
 3. projects each reply's bytes onto an action (an unreadable reply is the invalid action, as on
    the host) and steps the environments; finished episodes are masked and no longer prompted.
 
-It samples exactly as the host path does: the same engine decode step, and for turn t the keys
-the host's :class:`~arlarena_jax.rollout.policy.SamplerPolicy` would use for its call (the call
-seed from ``(seed, call)``, request r of the call the r-th live episode). Given the same
-parameters it therefore plays the same trajectories as
-:func:`arlarena_jax.rollout.loop.collect`, up to float rounding between differently shaped
-programs. The host receives the turn arrays once and builds the same :class:`Rollout` rows.
+It samples exactly as the host path does: the same engine decode step, and the same keys. The
+host computes the seed table ``[n, max_turns]``
+(:func:`~arlarena_jax.rollout.keys.episode_seed_table`: the batch's sample seed, each episode's
+global trajectory id, the turn) and passes it in as an int32 array; episode i's key at turn t is
+the driver's key of a request seeded ``table[i, t]``. Given the same parameters it therefore
+plays the same trajectories as :func:`arlarena_jax.rollout.loop.collect`, up to float rounding
+between differently shaped programs. The host receives the turn arrays once and builds the same
+:class:`Rollout` rows.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arlarena_jax.rollout.keys import draw_sample_seed, episode_seed_table
 from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size, row_place
-from arlarena_jax.rollout.policy import SamplerPolicy, call_seed
+from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.row_chunks import largest_divisor_at_most, map_row_chunks
 from arlarena_jax.sampler.driver import find_stop
 from arlarena_jax.sampler.engine import DecodeState, Engine, fill_slots
@@ -100,19 +103,20 @@ class DeviceRollout:
         self.traces = 0
         self._play = jax.jit(self._play_impl, static_argnames=("sampling",))
 
-    def play(self, policy: SamplerPolicy, seeds: Sequence[int], *, training: bool) -> TurnArrays:
-        """Play one episode per seed (room ``key(seed)``) with ``policy``'s parameters, sampling
-        and seed stream, and return the turn arrays (host). Advances ``policy.calls`` by the
-        turns played, as the host loop's calls would."""
-        calls = [call_seed(policy.seed, policy.calls + t) for t in range(self.max_turns)]
+    def play(
+        self, policy: SamplerPolicy, seeds: Sequence[int], turn_seeds: np.ndarray, *, training: bool
+    ) -> TurnArrays:
+        """Play one episode per seed (room ``key(seed)``) with ``policy``'s parameters and
+        sampling, episode i's turn t sampled from ``turn_seeds[i, t]`` (int32 ``[n, max_turns]``,
+        :func:`~arlarena_jax.rollout.keys.episode_seed_table`), and return the turn arrays
+        (host)."""
         sampling = policy.train_sampling if training else policy.eval_sampling
-        out, turns = self._play(
+        out = self._play(
             policy.engine.params,
             jnp.asarray(np.asarray(seeds, np.int64).astype(np.uint32)),
-            jnp.asarray(calls, jnp.int32),
+            jnp.asarray(turn_seeds, jnp.int32),
             sampling=sampling,
         )
-        policy.calls += int(turns)
         out = jax.device_get(out)
         longest = int(out.prompt_length.max(initial=0))
         if longest > self.env.prompt_width:
@@ -136,22 +140,28 @@ class DeviceRollout:
         group_offset: int = 0,
         rows: Any = None,
         skip_done: bool = True,
+        sample_seed: int | None = None,
     ) -> Rollout:
         """:func:`arlarena_jax.rollout.loop.collect`, played on device (``envs`` only fixes the
-        batch size: the episodes live on device)."""
-        check_batch_size(envs, group_seeds, group_size)
+        batch size: the episodes live on device). Like the host loop it draws the policy's next
+        sample seed (once) unless ``sample_seed`` is given."""
+        n = check_batch_size(envs, group_seeds, group_size)
         if (max_turns, history_length) != (self.max_turns, self.history_length) or rows:
             raise ValueError(
                 "this on-device rollout was built for max_turns "
                 f"{self.max_turns}, history_length {self.history_length} and turn rows"
             )
+        if sample_seed is None:
+            sample_seed = draw_sample_seed(policy)
+        first = group_offset * group_size  # environment i plays trajectory first + i
+        table = episode_seed_table(sample_seed, range(first, first + n), self.max_turns)
         seeds = [s for s in group_seeds for _ in range(group_size)]
-        turns = self.play(policy, seeds, training=training)
+        turns = self.play(policy, seeds, table, training=training)
         per_env = turn_rows(self, turns, group_size, group_offset, task_format.data_source)
         return _finish(per_env, group_size, group_offset, task_format)
 
     # ---- the program ----------------------------------------------------------------------
-    def _play_impl(self, params, seeds: Array, call_seeds: Array, sampling: SamplingParams):
+    def _play_impl(self, params, seeds: Array, turn_seeds: Array, sampling: SamplingParams):
         self.traces += 1
         env, n = self.env, seeds.shape[0]
         states = jax.vmap(env.reset)(seeds)
@@ -165,25 +175,25 @@ class DeviceRollout:
         def body(c):
             turn, states, done, last, out = c
             row, states, step_done = self._turn(
-                params, states, ~done, turn, last, call_seeds, sampling
+                params, states, ~done, turn, last, turn_seeds[:, turn], sampling
             )
             row = row._replace(active=~done)
             out = jax.tree.map(lambda buf, x: buf.at[turn].set(x), out, row)
             last = jnp.where(done, last, row.action)
             return turn + 1, states, done | step_done, last, out
 
-        turn, _, _, _, out = jax.lax.while_loop(cond, body, carry)
-        return out, turn
+        return jax.lax.while_loop(cond, body, carry)[-1]
 
-    def _turn(self, params, states, live, turn, last, call_seeds, sampling):
-        """One turn for every episode (finished ones masked): prompt, reply, projection, step."""
+    def _turn(self, params, states, live, turn, last, request_seeds, sampling):
+        """One turn for every episode (finished ones masked): prompt, reply, projection, step;
+        episode i samples from ``request_seeds[i]``."""
         env = self.env
         observation = jax.vmap(env.observe)(states)
         with_history = (turn > 0) & (self.history_length > 0)
         step_shown = jnp.where(with_history, turn + 1, 1) * jnp.ones_like(last)
         shown_last = jnp.where(with_history, last, -1)
         prompt, prompt_length = jax.vmap(env.prompt)(observation, step_shown, shown_last)
-        keys = _member_keys(call_seeds[turn], live)
+        keys = _request_keys(request_seeds)
         reply, emitted = self._live_replies(params, prompt, prompt_length, keys, live, sampling)
         action, valid = jax.vmap(env.project)(reply.text, reply.text_length)
         action = jnp.where(live, action, 0)
@@ -338,12 +348,10 @@ class DeviceRollout:
         return new, _Reply(tokens, log_probs, text, length, stopped_at)
 
 
-def _member_keys(seed: Array, live: Array) -> Array:
-    """The host driver's request keys: request r (the r-th live episode) gets
-    ``split(fold_in(key(seed), r), 1)[0]``."""
-    rank = jnp.cumsum(live) - 1
-    base = jax.random.key(seed)
-    return jax.vmap(lambda r: jax.random.split(jax.random.fold_in(base, r), 1)[0])(rank)
+def _request_keys(seeds: Array) -> Array:
+    """The host driver's keys of requests with explicit seeds (``n=1``): ``split(key(seed),
+    1)[0]`` per row."""
+    return jax.vmap(lambda s: jax.random.split(jax.random.key(s), 1)[0])(seeds)
 
 
 def _empty_turns(rollout: DeviceRollout, states, n: int) -> TurnArrays:

@@ -16,10 +16,16 @@ Ids (the original draws fresh uuids per call): ints. Group ``g`` of this rollout
 unique within the rollout, and across rollouts when each passes the number of groups collected
 before it as ``group_offset`` (dynamic sampling concatenates several rollouts).
 
+Sampling seeds come from the global episode identity (:mod:`arlarena_jax.rollout.keys`): the
+batch's ``sample_seed`` (drawn once per call from the policy's seed stream unless given), and for
+environment ``i`` at turn ``t`` the request seed ``episode_turn_seed(sample_seed, trajectory id,
+t)``. A batch split into sub-batches by ``group_offset`` (or between processes) therefore plays
+the same episodes as the whole batch, up to float rounding of differently shaped programs.
+
 ``skip_done=True`` (the default) generates only for environments still running; the original
 generates for all N every turn and drops the finished ones' rows (``skip_done=False``). Rows are
-the same either way except for sampling noise: with a stochastic policy the per-request random
-streams depend on the request's position in the call. Finished environments are still stepped
+the same either way (a request's seed does not depend on who else is in the call), up to float
+rounding. Finished environments are still stepped
 (with the projection of an empty response when skipped) and still get a memory record, as in the
 original; neither is read again.
 """
@@ -33,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from arlarena_jax.objectives.host import HostTurn
+from arlarena_jax.rollout.keys import draw_sample_seed, episode_turn_seed
 from arlarena_jax.rollout.memory import SimpleMemory
 from arlarena_jax.rollout.policy import Policy
 from envs.base import EnvBatch, Observation, Step
@@ -128,10 +135,10 @@ class Rollout:
 
 
 def _generate(
-    policy: Policy, prompts: list[str], todo: list[int], training: bool
+    policy: Policy, prompts: list[str], todo: list[int], training: bool, seeds: list[int]
 ) -> dict[int, Generation]:
-    """Generations for the envs in ``todo``, keyed by env index."""
-    out = policy([prompts[i] for i in todo], training=training)
+    """Generations for the envs in ``todo`` (``seeds``: one each), keyed by env index."""
+    out = policy([prompts[i] for i in todo], training=training, seeds=seeds)
     if len(out) != len(todo):
         raise ValueError(f"policy returned {len(out)} generations for {len(todo)} prompts")
     return dict(zip(todo, out, strict=True))
@@ -150,6 +157,7 @@ def collect(
     skip_done: bool = True,
     group_offset: int = 0,
     rows: Any = None,
+    sample_seed: int | None = None,
 ) -> Rollout:
     """Play one batch of episodes and return its turn rows
     (docs/environments.md §1.2, see module doc).
@@ -158,8 +166,11 @@ def collect(
     environment is done or after ``max_turns`` turns (ALFWorld 50, WebShop 15, Sokoban 15).
     ``rows``: a :class:`~arlarena_jax.rollout.trajectory.TrajectoryRows` makes one row per
     episode instead (docs/environments.md §1.8; ``history_length`` and ``skip_done`` do not
-    apply); None: turn rows.
+    apply); None: turn rows. ``sample_seed``: the batch's sample seed (module doc); None draws
+    the policy's next one (:func:`~arlarena_jax.rollout.keys.draw_sample_seed`).
     """
+    if sample_seed is None:
+        sample_seed = draw_sample_seed(policy)
     if rows is not None:
         from arlarena_jax.rollout.trajectory import collect_trajectories
 
@@ -173,8 +184,10 @@ def collect(
             max_turns=max_turns,
             training=training,
             group_offset=group_offset,
+            sample_seed=sample_seed,
         )
     n = check_batch_size(envs, group_seeds, group_size)
+    first = group_offset * group_size  # environment i plays trajectory first + i
     observations: list[Observation] = list(
         envs.reset([group_seeds[i // group_size] for i in range(n)])
     )
@@ -191,7 +204,8 @@ def collect(
             for i, obs in enumerate(observations)
         ]
         todo = [i for i in range(n) if not done[i]] if skip_done else list(range(n))
-        generations = _generate(policy, prompts, todo, training)
+        seeds = [episode_turn_seed(sample_seed, first + i, turn) for i in todo]
+        generations = _generate(policy, prompts, todo, training, seeds)
         texts = [generations[i].text if i in generations else "" for i in range(n)]
         projections = [
             task_format.project(t, obs) for t, obs in zip(texts, observations, strict=True)

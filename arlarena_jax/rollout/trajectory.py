@@ -20,6 +20,9 @@ says ``exclude_from_loss`` (the math environment's void-turn filter) gets an all
 stays in its group's statistics but carries no gradient. An episode whose last info reports a
 ``failure`` (an infrastructure failure, :func:`~arlarena_jax.rollout.loop.is_failure`) is
 ``failed``: it leaves its group's statistics too. The row's reward is the episode return.
+
+Sampling seeds are the turn loop's (:mod:`arlarena_jax.rollout.keys`): episode ``trajectory`` at
+turn ``t`` generates with ``episode_turn_seed(sample_seed, trajectory, t)``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from arlarena_jax.rollout.keys import draw_sample_seed, episode_turn_seed
 from arlarena_jax.rollout.loop import Rollout, Trajectory, TurnRow, check_batch_size, is_failure
 from envs.base import EnvBatch, Observation
 from envs.text import Context, Generation, TaskFormat
@@ -110,16 +114,16 @@ def cut_generation(gen: Generation, keep: str, decode) -> Generation:
     )
 
 
-def _generate(policy, conversations, todo, turn, budget, training) -> dict[int, Generation]:
-    """This turn's generations for the environments in ``todo``."""
+def _generate(policy, conversations, todo, turn, budget, training, seeds) -> dict[int, Generation]:
+    """This turn's generations for the environments in ``todo`` (``seeds``: one each)."""
     if turn == 0:
-        out = policy([conversations[i].prompt for i in todo], training=training)
+        out = policy([conversations[i].prompt for i in todo], training=training, seeds=seeds)
     else:
         contexts = [
             Context(c.prompt, tuple(c.prompt_ids), c.text, tuple(c.ids), budget - len(c.ids))
             for c in (conversations[i] for i in todo)
         ]
-        out = policy.continue_from(contexts, training=training)
+        out = policy.continue_from(contexts, training=training, seeds=seeds)
     if len(out) != len(todo):
         raise ValueError(f"policy returned {len(out)} generations for {len(todo)} prompts")
     return dict(zip(todo, out, strict=True))
@@ -160,18 +164,22 @@ def collect_trajectories(
     max_turns: int,
     training: bool = True,
     group_offset: int = 0,
+    sample_seed: int | None = None,
 ) -> Rollout:
     """Play one batch of episodes as continued conversations; one row per episode (module doc).
 
-    Ids follow :func:`arlarena_jax.rollout.loop.collect`. ``policy`` continues conversations
-    (:class:`arlarena_jax.rollout.policy.ContinuingPolicy`); the format must define
-    ``continuation``."""
+    Ids and ``sample_seed`` follow :func:`arlarena_jax.rollout.loop.collect`. ``policy``
+    continues conversations (:class:`arlarena_jax.rollout.policy.ContinuingPolicy`); the format
+    must define ``continuation``."""
     if task_format.continuation is None:
         raise ValueError(
             f"prompt format {task_format.name!r} cannot continue a conversation "
             "(it has no continuation): use turn rows"
         )
     n = check_batch_size(envs, group_seeds, group_size)
+    if sample_seed is None:
+        sample_seed = draw_sample_seed(policy)
+    first = group_offset * group_size  # environment i plays trajectory first + i
     observations = list(envs.reset([group_seeds[i // group_size] for i in range(n)]))
     conversations = [
         _Conversation(task_format.build_prompt(o, task_format.extract_task(o), None), [], o.text)
@@ -185,11 +193,9 @@ def collect_trajectories(
             if not done[i] and len(conversations[i].ids) >= rows.max_right_tokens
         }
         todo = [i for i in range(n) if not done[i] and i not in spent]
-        gens = (
-            _generate(policy, conversations, todo, turn, rows.max_right_tokens, training)
-            if todo
-            else {}
-        )
+        seeds = [episode_turn_seed(sample_seed, first + i, turn) for i in todo]
+        budget = rows.max_right_tokens
+        gens = _generate(policy, conversations, todo, turn, budget, training, seeds) if todo else {}
         actions: list[Any] = [None] * n
         for i, gen in gens.items():
             actions[i] = _take_turn(conversations[i], gen, task_format, observations[i], policy)

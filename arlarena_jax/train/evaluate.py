@@ -6,6 +6,11 @@ the evaluation sampling settings; ``val/success_rate`` is the mean of ``won`` ov
 ``val/text/test_score`` the mean episode return over rows. Seeds run in chunks of the batch's size
 (the last chunk padded with repeats of its first seed, whose results are dropped), so any number
 of held-out seeds evaluates on a fixed-size environment batch.
+
+An evaluation is one batch for sampling: it draws one sample seed from the policy's stream and
+every chunk plays with it, episode ``k`` (the k-th seed) as trajectory ``k``
+(:mod:`arlarena_jax.rollout.keys`). So the outcomes do not depend on the chunk size, nor on
+which chunks a process plays.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from arlarena_jax.rollout.chunks import seed_chunks
+from arlarena_jax.rollout.keys import draw_sample_seed
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.rollout.policy import Policy
@@ -42,9 +48,10 @@ def evaluate(
     Several processes: ``seeds`` are this process's block of the evaluation, whose episodes are
     numbered from ``first_index``, and ``whole`` gathers every process's merged rollout into the
     evaluation's (the metrics are the whole evaluation's)."""
-    if not seeds:
+    if not seeds and whole is None:  # a process's block may be empty (more processes than seeds)
         raise ValueError("evaluate needs at least one seed")
     kept_rows, trajectories = [], []
+    sample_seed = draw_sample_seed(policy)  # one for the whole evaluation (module doc)
     for chunk in seed_chunks(seeds, envs.num_envs):
         if before_chunk is not None:
             before_chunk()
@@ -59,6 +66,7 @@ def evaluate(
             rows=rows,
             training=False,
             group_offset=first_index + chunk.start,
+            sample_seed=sample_seed,
         )
         kept = {t.trajectory for t in rollout.trajectories[: chunk.real]}
         trajectories += rollout.trajectories[: chunk.real]

@@ -23,6 +23,7 @@ from arlarena_jax.objectives import dynamic_sampling
 from arlarena_jax.objectives.batch import TurnBatch
 from arlarena_jax.objectives.compose import Objective, ObjectiveState
 from arlarena_jax.objectives.declare import Input, Reduction, reduce_stacked
+from arlarena_jax.rollout.keys import draw_sample_seed
 from arlarena_jax.rollout.loop import Rollout, collect
 from arlarena_jax.rollout.policy import Policy
 from arlarena_jax.train.critic import CriticSetup, CriticState, critic_metrics, update_critic
@@ -107,7 +108,8 @@ def collect_batch(
     ``group_seeds(try_index)`` gives the task seeds of each try (fresh tasks per try). Returns the
     kept groups merged, the last try's full rollout (the one rollout metrics come from,
     docs/algorithms.md §7) and the number of tries. ``collector`` plays a batch (``collect``'s
-    signature): the host loop, or an on-device rollout's ``collect``.
+    signature): the host loop, or an on-device rollout's ``collect``. Each try is one batch with
+    its own sample seed, the policy's next (one per try, however the try's episodes are played).
 
     With several processes (``exchange``), ``envs`` holds this process's share: each try's
     groups are cut into blocks (:func:`~arlarena_jax.train.process_shares.block`), this process
@@ -131,6 +133,7 @@ def collect_batch(
             rows=rows,
             training=True,
             group_offset=len(last) * len(seeds) + mine.start,
+            sample_seed=draw_sample_seed(policy),
         )
         rollout = whole_rollout(exchange, "train", part, mine.start * group_size)
         last.append(rollout)

@@ -62,6 +62,6 @@ class HostState:
 
     step: int = 0
     rng: dict | None = None
-    policy_calls: int = 0
+    policy_calls: int = 0  # SamplerPolicy.calls: sample seeds drawn so far (one per batch)
     sft_success: float | None = None
     start_eval: dict[str, float] | None = None  # val/… of the starting policy (step 0)

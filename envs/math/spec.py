@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from arlarena_base.errors import ConfigError, InvalidField
@@ -208,10 +209,12 @@ def expert(env: Any) -> Expert:
     pipeline tests; the paper trains from the base model (no cloning)."""
     train = problems(env, "train")
 
-    def policy_for(seeds: list[int]):
-        answers = [train[int(s) % len(train)].answer for s in seeds]
+    def policy_for(task_seeds: list[int]):
+        answers = [train[int(s) % len(train)].answer for s in task_seeds]
 
-        def policy(prompts: list[str], *, training: bool) -> list[Generation]:
+        def policy(
+            prompts: list[str], *, training: bool, seeds: Sequence[int] | None = None
+        ) -> list[Generation]:
             return [Generation(oracle_reply(a)) for a in answers[: len(prompts)]]
 
         return policy

@@ -59,7 +59,7 @@ class ScriptPolicy:
     def __init__(self, script: Sequence[Sequence[str]]) -> None:
         self.script, self.calls = [list(texts) for texts in script], 0
 
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
+    def __call__(self, prompts: list[str], *, training: bool, seeds=None) -> list[Generation]:
         texts = self.script[self.calls]
         self.calls += 1
         if len(texts) != len(prompts):

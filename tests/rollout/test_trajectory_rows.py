@@ -42,11 +42,11 @@ class CharPolicy:
     def _gen(self, text: str, prompt_ids: list[int]) -> Generation:
         return Generation(text, prompt_ids, _encode(text), [LP] * len(text))
 
-    def __call__(self, prompts: list[str], *, training: bool) -> list[Generation]:
+    def __call__(self, prompts: list[str], *, training: bool, seeds=None) -> list[Generation]:
         self.prompts.append(list(prompts))
         return [self._gen(self.replies[self._env(p)][0], _encode(p)) for p in prompts]
 
-    def continue_from(self, contexts, *, training: bool) -> list[Generation]:
+    def continue_from(self, contexts, *, training: bool, seeds=None) -> list[Generation]:
         self.contexts.append(list(contexts))
         turn = len(self.contexts)
         return [
