@@ -31,12 +31,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from arlarena_jax.models.sharding import make_mesh, parameter_shardings
 from arlarena_jax.sampler.engine import EngineConfig, check_cache_shardable, param_layout
+
+CHUNK_BYTES = 256 * 2**20  # gathered whole arrays per refresh program (each device holds them)
 
 
 def sampler_mesh(
@@ -77,28 +78,41 @@ def local_mesh(
     raise ValueError(f"no sampler mesh over this process's {n} devices fits: {error}")
 
 
-def replica_params(params: Any, train_mesh: Mesh | None, target: Any, *, copy: bool = False):
+def replica_params(
+    params: Any,
+    train_mesh: Mesh | None,
+    target: Any,
+    *,
+    copy: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+):
     """The trainer's ``params`` (on ``train_mesh``) as the sampler holds them: ``target``'s
     dtypes and shardings (``Engine.param_layout``, or :func:`~.engine.param_layout`).
 
     A leaf already on the target's devices (the sampler on the training mesh) is returned as it
     is, for ``Engine.update_params`` to cast and place; ``copy``: as a fresh copy, for a holder
-    that outlives an update donating ``params`` (asynchronous RL's producer). A leaf on other
-    devices (a process-local sampler mesh) is all-gathered over ``train_mesh`` (a collective:
-    every process calls this at the same point) and assembled on the target's devices from the
-    whole copies there: always a fresh buffer, cast to the target's dtype.
+    that outlives an update donating ``params`` (asynchronous RL's producer). Leaves on other
+    devices (a process-local sampler mesh) are all-gathered over ``train_mesh`` (a collective:
+    every process calls this at the same point) in chunks of at most ``chunk_bytes`` (whole
+    arrays, cast to the target's dtypes: the extra memory on each device; a larger leaf is a
+    chunk of its own) and assembled on the target's devices from the whole copies there:
+    always fresh buffers.
     """
     leaves, treedef = jax.tree.flatten(params)
     targets = jax.tree.leaves(target)
     if len(targets) != len(leaves):
         raise ValueError(f"replica_params: {len(leaves)} parameters for {len(targets)} targets")
-    placed = []
-    for leaf, want in zip(leaves, targets, strict=True):
-        if not _moves(leaf, want):
-            placed.append(jnp.copy(leaf) if copy else leaf)
-            continue
-        whole = _whole_copies(train_mesh, jnp.dtype(want.dtype))(leaf)
-        placed.append(_assemble(whole, want.sharding))
+    moving = [i for i, (x, want) in enumerate(zip(leaves, targets, strict=True)) if _moves(x, want)]
+    kept = set(range(len(leaves))) - set(moving)
+    placed = [jnp.copy(x) if copy and i in kept else x for i, x in enumerate(leaves)]
+    for chunk in _chunks(moving, targets, chunk_bytes):
+        dtypes = tuple(jnp.dtype(targets[i].dtype) for i in chunk)
+        wholes = _whole_copies(train_mesh)([leaves[i] for i in chunk], dtypes)
+        # one gather in flight at a time: bounded memory, and XLA:CPU's in-process collectives
+        # deadlock when several programs' all-gathers overlap
+        jax.block_until_ready(wholes)
+        for i, whole in zip(chunk, wholes, strict=True):
+            placed[i] = _assemble(whole, targets[i].sharding)
     return jax.tree.unflatten(treedef, placed)
 
 
@@ -113,20 +127,37 @@ def replica_model(model: nnx.Module, train_mesh: Mesh | None, mesh: Mesh | None)
     return nnx.merge(graphdef, replica_params(params, train_mesh, target))
 
 
-def _moves(leaf: Any, want: Any) -> bool:
+def _moves(leaf: jax.Array, want: Any) -> bool:
     """Whether ``leaf`` lives on other devices than ``want``'s sharding names."""
-    if not isinstance(leaf, jax.Array):
-        return False
     return leaf.sharding.device_set != want.sharding.device_set
 
 
+def _chunks(indices: list[int], targets: list, limit: int) -> list[list[int]]:
+    """``indices`` in order, cut into runs whose targets hold at most ``limit`` bytes (a larger
+    leaf alone)."""
+    chunks: list[list[int]] = []
+    size = limit
+    for i in indices:
+        nbytes = math.prod(targets[i].shape) * jnp.dtype(targets[i].dtype).itemsize
+        if size + nbytes > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(i)
+        size += nbytes
+    return chunks
+
+
 @functools.cache
-def _whole_copies(mesh: Mesh | None, dtype: np.dtype) -> Callable[[jax.Array], jax.Array]:
-    """A jitted copy cast to ``dtype`` whose output is replicated over ``mesh`` (every device
-    holds the whole array: an all-gather inside the training program) and never the input's
-    buffer (the update donates that)."""
+def _whole_copies(mesh: Mesh | None) -> Callable[[list, tuple], list]:
+    """A jitted copy of a list of arrays, each cast to its dtype, whose outputs are replicated
+    over ``mesh`` (every device holds each whole array: all-gathers inside the training
+    program) and never an input's buffer (the update donates those)."""
     out = None if mesh is None else NamedSharding(mesh, PartitionSpec())
-    return jax.jit(lambda x: jnp.copy(x.astype(dtype)), out_shardings=out)
+
+    def copies(xs: list, dtypes: tuple) -> list:
+        return [jnp.copy(x.astype(d)) for x, d in zip(xs, dtypes, strict=True)]
+
+    return jax.jit(copies, static_argnums=1, out_shardings=out)
 
 
 def _assemble(whole: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:

@@ -123,13 +123,14 @@ def test_refresh_onto_a_sub_mesh_holds_the_trainer_params_and_decodes_the_same()
     assert [len(t) for t in tokens] == [12, 5, 9, 9, 3, 12, 7, 10]
 
 
-def test_refresh_casts_to_the_sampler_dtype():
+def test_refresh_casts_to_the_sampler_dtype_chunk_by_chunk():
+    """bfloat16 targets, gathered in chunks of at most 20 kB (the 32 kB embedding alone)."""
     mesh = train_mesh()
     params = nnx.state(model(1, mesh))
     local = make_mesh(1, 1, 2, devices=jax.devices()[:2])
     shardings = jax.tree.map(lambda x: NamedSharding(local, x.sharding.spec), params)
     target = param_layout(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), shardings)
-    placed = replica_params(params, mesh, target)
+    placed = replica_params(params, mesh, target, chunk_bytes=20_000)
     for got, want in zip(jax.tree.leaves(placed), jax.tree.leaves(params), strict=True):
         assert got.dtype == jnp.bfloat16 and got.sharding.mesh is local
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(jnp.bfloat16)))
