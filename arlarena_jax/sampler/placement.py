@@ -2,17 +2,19 @@
 
 One process: the engine runs on the training mesh and takes the trainer's parameters as they are
 (:meth:`~arlarena_jax.sampler.engine.Engine.update_params` casts and places them; nothing here
-copies).
+copies unless asked to).
 
 Several processes (one per host of a pod): each process decodes only its own prompts, so
 continuous batching decides inserts and evictions differently on each, and one SPMD decode
 program over the global mesh would deadlock. Each process's engine runs instead on a mesh over
 its own devices (:func:`sampler_mesh`) with a whole replica of the weights. After every update,
 all processes call :func:`replica_params` at the same point of the main thread (it is a
-collective): each parameter is all-gathered inside the training mesh (a jitted copy replicated
-over it), and each process assembles its sampler array from the whole copies its own devices then
-hold (``jax.make_array_from_single_device_arrays``). No array is ever ``device_put`` from one mesh
-onto another (marin-community/marin#3947: that fails on multi-host v5p).
+collective): the parameters are all-gathered inside the training mesh (a jitted copy replicated
+over it, :data:`CHUNK_BYTES` of whole arrays per program, one program in flight at a time), and
+each process assembles its sampler arrays from the whole copies its own devices then hold
+(``jax.make_array_from_single_device_arrays``; slices of them where the sampler splits over
+``tensor``). No array is ever ``device_put`` from one mesh onto another
+(marin-community/marin#3947: that fails on multi-host v5p).
 
 The process-local mesh keeps the training mesh's ``tensor`` split where it can: tensor is the
 largest divisor of gcd(training tensor, local devices) for which the parameters and the KV cache
