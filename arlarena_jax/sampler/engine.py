@@ -178,6 +178,8 @@ class Engine:
             # parameters would make the first call after an update compile everything again.
             params = jax.tree.map(lambda x: jax.device_put(x, x.sharding), params)
         self.params = params
+        # every leaf's shape, dtype and sharding: update_params keeps them (see placement)
+        self.param_layout = param_layout(params)
         # Asynchronous RL: the policy version of ``params`` (updates applied to them), stamped on
         # every decoded token by the driver; ``before_decode`` (if set) runs before each decode
         # call of a driver run on the engine's own parameters (partial rollouts switch there).
@@ -218,7 +220,11 @@ class Engine:
 
     def update_params(self, new_params) -> None:
         """Take the trainer's parameters in place: cast to the engine's dtypes and placed on its
-        shardings, so the compiled functions are reused (no save/load, no recompilation)."""
+        shardings, so the compiled functions are reused (no save/load, no recompilation).
+
+        On a mesh of this process's devices while the trainer spans several processes, pass
+        :func:`~arlarena_jax.sampler.placement.replica_params`' result: an array of other
+        processes is refused here (a ``device_put`` across meshes is not supported)."""
         old_paths, treedef = jax.tree_util.tree_flatten_with_path(self.params)
         new_leaves = jax.tree.leaves(new_params)
         if len(new_leaves) != len(old_paths):
@@ -227,11 +233,16 @@ class Engine:
                 f"{len(old_paths)}"
             )
         for new, (path, old) in zip(new_leaves, old_paths, strict=True):  # all checks first
+            name = jax.tree_util.keystr(path, simple=True, separator=".").removesuffix(".value")
             if tuple(new.shape) != tuple(old.shape):
-                name = jax.tree_util.keystr(path, simple=True, separator=".")
                 raise ValueError(
-                    f"update_params: parameter {name.removesuffix('.value')} has shape "
-                    f"{tuple(new.shape)}, expected {tuple(old.shape)}"
+                    f"update_params: parameter {name} has shape {tuple(new.shape)}, expected "
+                    f"{tuple(old.shape)}"
+                )
+            if old.is_fully_addressable and not getattr(new, "is_fully_addressable", True):
+                raise ValueError(
+                    f"update_params: parameter {name} spans other processes' devices; place it "
+                    "with sampler.placement.replica_params first"
                 )
         placed = [
             jax.device_put(jnp.asarray(new, old.dtype), old.sharding)
@@ -241,13 +252,7 @@ class Engine:
 
     # ---- decode state ------------------------------------------------------------------------
     def _check_cache_shardable(self, mesh: Mesh) -> None:
-        shape = (
-            self.config.max_concurrent_decodes,
-            self.model_config.num_key_value_heads,
-            self.config.cache_length,
-            self.model_config.head_dim,
-        )
-        check_divisible("decode-state kv cache", shape, KV_CACHE_SPEC, mesh)
+        check_cache_shardable(self.model_config, self.config, mesh)
 
     def free_slots(self, slots: int, seed: int = 0) -> DecodeState:
         """A decode state of ``slots`` free slots with this engine's cache length and dtype
@@ -719,6 +724,31 @@ class Engine:
             return config.cache_length
         need = max(int(longest) + config.steps_per_call, config.min_decode_window, 1)
         return min(pow2(need), config.cache_length)
+
+
+def check_cache_shardable(model_config, config: EngineConfig, mesh: Mesh) -> None:
+    """A ValueError naming the dimension unless the decode state's KV cache ``[slots, kv_heads,
+    L, head_dim]`` splits over ``mesh`` by :data:`KV_CACHE_SPEC`."""
+    shape = (
+        config.max_concurrent_decodes,
+        model_config.num_key_value_heads,
+        config.cache_length,
+        model_config.head_dim,
+    )
+    check_divisible("decode-state kv cache", shape, KV_CACHE_SPEC, mesh)
+
+
+def param_layout(params, shardings=None):
+    """``jax.ShapeDtypeStruct`` per leaf of ``params`` with its sharding (or ``shardings``')."""
+
+    def spec(x, sharding=None):
+        return jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=x.sharding if sharding is None else sharding
+        )
+
+    if shardings is None:
+        return jax.tree.map(spec, params)
+    return jax.tree.map(spec, params, shardings)
 
 
 def fill_slots(

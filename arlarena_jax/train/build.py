@@ -28,6 +28,7 @@ from arlarena_jax.objectives.compose import Objective, check_requirements
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.rollout.trajectory import TrajectoryRows
 from arlarena_jax.sampler import Engine, EngineConfig
+from arlarena_jax.sampler.placement import replica_model, sampler_mesh
 from arlarena_jax.tokenization import load_tokenizer, stop_token_ids, train_tiny
 from arlarena_jax.train import resolution
 from arlarena_jax.train.config import Config
@@ -253,13 +254,18 @@ def response_width(config: Config) -> int:
 def build_policy(config: Config, model: QwenForCausalLM, tokenizer: Any, mesh: Mesh | None):
     """The sampler engine over ``model`` (the ``sampler`` section's engine settings, stop ids:
     the tokenizer's end-of-turn ids, then ``sampler.stop_token_ids``) and the policy the rollout
-    calls."""
+    calls. The engine runs on :func:`~arlarena_jax.sampler.placement.sampler_mesh`: the
+    training ``mesh`` with one process; with several, this process's devices, holding a replica
+    of the weights (a collective: every process builds its sampler at the same point)."""
     s = config.sampler
     engine_settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(EngineConfig)}
     stops = (*stop_token_ids(tokenizer, model_dir(config.model)), *s.stop_token_ids)
     engine_settings["stop_token_ids"] = tuple(dict.fromkeys(stops))
+    settings = EngineConfig(**engine_settings)
     sampled = merged_model(model)  # LoRA: the sampler runs merged weights (docs/models.md)
-    engine = Engine(sampled, EngineConfig(**engine_settings), sampling=s.train, mesh=mesh)
+    sampler = sampler_mesh(mesh, sampled, settings)
+    sampled = replica_model(sampled, mesh, sampler)
+    engine = Engine(sampled, settings, sampling=s.train, mesh=sampler)
     policy = SamplerPolicy(
         engine,
         tokenizer,

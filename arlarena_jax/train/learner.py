@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,6 +19,7 @@ from flax import nnx
 
 from arlarena_jax.models.lora import sampler_params, trainable_part
 from arlarena_jax.objectives.compose import Input
+from arlarena_jax.sampler.placement import replica_params
 from arlarena_jax.train import build
 from arlarena_jax.train.checkpoint import abstract_like
 from arlarena_jax.train.config import Config
@@ -56,11 +58,18 @@ def critic_optimizer(config: Config):
 
 
 def roll_back(
-    checkpointer, monitor, state: TrainState, engine, step: int, lora=None
+    checkpointer,
+    monitor,
+    state: TrainState,
+    engine,
+    step: int,
+    lora=None,
+    place: Callable[[Any], Any] | None = None,
 ) -> dict[str, float]:
     """Restore ``state``'s parameters, optimizer and objective state from the newest good
     checkpoint (the step counter and the task RNG go on, so the run sees new tasks) and tell the
-    monitor which step was restored, so it forgets what came after it."""
+    monitor which step was restored, so it forgets what came after it. ``place``: the sampler's
+    parameters onto the engine's devices (:meth:`Learner.for_sampler`)."""
     good = checkpointer.last_good_step()
     if good is None:
         return {}
@@ -68,7 +77,8 @@ def roll_back(
     restored = state.restored(tree)
     for name in tree:
         setattr(state, name, getattr(restored, name))
-    engine.update_params(sampler_params(state.params, lora))
+    params = sampler_params(state.params, lora)
+    engine.update_params(params if place is None else place(params))
     monitor.rolled_back(good)
     print(f"step {step}: unstable, rolled back to the state of step {good}", flush=True)
     return {"stability/rolled_back_to": float(good)}
@@ -77,9 +87,20 @@ def roll_back(
 class Learner:
     """The update side of RL for ``config``: the optimizers, the device state, the update."""
 
-    def __init__(self, config: Config, model, objective, tokenizer, mesh) -> None:
+    def __init__(
+        self,
+        config: Config,
+        model,
+        objective,
+        tokenizer,
+        mesh,
+        sampler_layout: Callable[[], Any] | None = None,
+    ) -> None:
+        """``sampler_layout``: the sampler engine's ``param_layout`` (asked on each sync), where
+        :meth:`sampler_params` places the parameters; None: they stay as they are."""
         self.config, self.model, self.objective = config, model, objective
         self.tokenizer, self.mesh = tokenizer, mesh
+        self.sampler_layout = sampler_layout
         self.optimizer = rl_optimizer(config)
         # the critic: built (from the policy as it is then) when the objective needs values
         self.needs_critic = Input.VALUES in objective.requirements
@@ -141,13 +162,28 @@ class Learner:
         return metrics
 
     def sampler_params(self):
-        """The parameters the sampler plays (under LoRA, merged)."""
-        return sampler_params(self.train_state().params, self.config.model.lora)
+        """The parameters the sampler plays (under LoRA, merged), placed for it
+        (:meth:`for_sampler`; with several processes a collective)."""
+        return self.for_sampler(self._played())
 
     def sampler_copy(self):
         """The sampler's parameters as an on-device copy: the update donates ``state.params``,
-        the producer's engine must never hold those buffers."""
-        return jax.block_until_ready(jax.tree.map(jnp.copy, self.sampler_params()))
+        the producer's engine must never hold those buffers. Made in the main thread (with
+        several processes a collective)."""
+        return jax.block_until_ready(self.for_sampler(self._played(), copy=True))
+
+    def _played(self):
+        return sampler_params(self.train_state().params, self.config.model.lora)
+
+    def for_sampler(self, params, *, copy: bool = False):
+        """The sampler's ``params`` placed on the engine's devices
+        (:func:`~arlarena_jax.sampler.placement.replica_params`): as they are (``copy``: a copy)
+        when the engine runs on the training mesh; a replica on this process's devices when the
+        trainer spans several processes (a collective: every process calls it at the same
+        point)."""
+        if self.sampler_layout is None:
+            return jax.tree.map(jnp.copy, params) if copy else params
+        return replica_params(params, self.mesh, self.sampler_layout(), copy=copy)
 
 
 def update_setup(config: Config, model, objective, optimizer, tokenizer, mesh) -> UpdateSetup:

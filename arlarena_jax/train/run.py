@@ -103,7 +103,10 @@ class Run:
             self.resolved, self.run_dir, closing, lambda: self.host.policy_calls
         )
         self.model, self.tokenizer, self.mesh = p.model, p.tokenizer, p.mesh
-        self.learner = Learner(config, p.model, p.objective, p.tokenizer, p.mesh)
+        layout = lambda: p.engine.param_layout  # noqa: E731 (the sampler: built on first use)
+        self.learner = Learner(
+            config, p.model, p.objective, p.tokenizer, p.mesh, sampler_layout=layout
+        )
         self.monitor = StabilityMonitor(config.monitor)
         self.checkpoints = RunCheckpoints(
             config, self.run_dir, closing, self.learner, self.monitor, p

@@ -98,4 +98,5 @@ class RunCheckpoints:
         """Restore the newest good checkpoint's state (:func:`~arlarena_jax.train.learner.
         roll_back`) after the unstable step ``step``."""
         state, lora = self.learner.train_state(), self.config.model.lora
-        return roll_back(self.checkpointer, self.monitor, state, self.pieces.engine, step, lora)
+        engine, place = self.pieces.engine, self.learner.for_sampler
+        return roll_back(self.checkpointer, self.monitor, state, engine, step, lora, place)

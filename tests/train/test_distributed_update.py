@@ -12,66 +12,19 @@ collectives for several processes.
 
 from __future__ import annotations
 
-import os
-import re
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
-import pytest
 
 from arlarena_jax.models import make_mesh
 from tests.helpers.distributed_update import run
+from tests.helpers.two_processes import ROOT, run_workers
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "distributed_update.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def _run_workers(out: Path, timeout: float = 240.0) -> list[subprocess.CompletedProcess]:
-    port = _free_port()
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env |= {"ARLARENA_COORDINATOR": f"localhost:{port}", "ARLARENA_NUM_PROCESSES": "2"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(out)],
-            env=env | {"ARLARENA_PROCESS_ID": str(i)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    results = []
-    for p in procs:
-        try:
-            stdout, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("the two-process update did not finish in time")
-        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout))
-    return results
 
 
 def test_two_process_update_equals_single_process(tmp_path):
     out = tmp_path / "two_process.npz"
-    results = _run_workers(out)
-    logs = "\n".join(r.stdout[-3000:] for r in results)
-    if any(r.returncode for r in results):
-        if re.search(r"collectives? (is|are) not (yet )?(supported|implemented)", logs, re.I):
-            pytest.skip("this JAX has no multi-process CPU collectives")
-        pytest.fail(f"a worker failed:\n{logs}")
+    run_workers(WORKER, str(out))
     single = run(make_mesh(data=2, fsdp=2, devices=jax.devices()[:4]))
     two = dict(np.load(out))
     assert set(two) == set(single)
