@@ -29,7 +29,7 @@ from tests.helpers.processes import run, tail
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
 SHRUNK = [
     "sft.num_episodes=16",
-    "sft.steps=4",
+    "sft.steps=40",  # a policy that wins some games: outcomes to compare
     "trainer.total_steps=2",
     "trainer.eval_episodes=6",  # blocks of 3, 3 (2 processes) and 2, 2, 1, 1 (4)
     "env.eval_batch_size=2",
@@ -72,7 +72,10 @@ def assert_same_run(a, b) -> None:
     """``b`` played and logged what ``a`` did (module doc: exact or within the stated
     tolerance)."""
     assert held_out(a) == held_out(b)
-    ours, theirs = compared(read_scalars(a / "tensorboard")), compared(read_scalars(b / "tensorboard"))
+    ours, theirs = (
+        compared(read_scalars(a / "tensorboard")),
+        compared(read_scalars(b / "tensorboard")),
+    )
     assert set(ours) == set(theirs)
     for tag, points in ours.items():
         assert [s for s, _ in points] == [s for s, _ in theirs[tag]], tag

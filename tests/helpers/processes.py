@@ -7,6 +7,7 @@ blocks the suite)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,10 +25,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def process_env(n: int, devices: int, port: int, extra: dict[str, str] | None = None) -> dict:
-    """The environment of every process but ARLARENA_PROCESS_ID."""
+def process_env(
+    n: int, devices: int | None, port: int, extra: dict[str, str] | None = None
+) -> dict:
+    """The environment of every process but ARLARENA_PROCESS_ID (``devices`` None: XLA_FLAGS
+    unset, the program picks its device count)."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env.pop("XLA_FLAGS", None)
+    if devices is not None:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env |= {"ARLARENA_COORDINATOR": f"localhost:{port}", "ARLARENA_NUM_PROCESSES": str(n)}
@@ -35,7 +41,13 @@ def process_env(n: int, devices: int, port: int, extra: dict[str, str] | None = 
 
 
 def start(
-    argv: Sequence[str], n: int, *, devices: int = 2, cwd: Path = ROOT, extra=None, script=None
+    argv: Sequence[str],
+    n: int,
+    *,
+    devices: int | None = 2,
+    cwd: Path = ROOT,
+    extra=None,
+    script=None,
 ) -> list[subprocess.Popen]:
     """``python -m arlarena_jax *argv`` (or ``python script *argv``) as ``n`` processes (outputs
     captured, merged)."""
@@ -75,6 +87,23 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str
 def run(argv: Sequence[str], n: int, *, timeout: float = 600.0, **kwargs) -> list[tuple[int, str]]:
     """:func:`start` then :func:`finish`."""
     return finish(start(argv, n, **kwargs), timeout)
+
+
+def run_workers(worker: Path, *args: str, timeout: float = 240.0) -> list[str]:
+    """``python WORKER ARGS…`` as two processes (the worker picks its device count): both
+    outputs once both exited 0; the test fails when one did not, and skips when this JAX has no
+    multi-process CPU collectives."""
+    results = run(args, 2, script=worker, devices=None, timeout=timeout)
+    logs = tail([out for _, out in results])
+    if any(code for code, _ in results):
+        if re.search(r"collectives? (is|are) not (yet )?(supported|implemented)", logs, re.I):
+            import pytest
+
+            pytest.skip("this JAX has no multi-process CPU collectives")
+        import pytest
+
+        pytest.fail(f"a worker failed:\n{logs}")
+    return [out for _, out in results]
 
 
 def signal_when(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.helpers import distributed_sampler as worker
-from tests.helpers.two_processes import ROOT, run_workers
+from tests.helpers.processes import ROOT, run_workers
 
 WORKER = ROOT / "tests" / "helpers" / "distributed_sampler.py"
 

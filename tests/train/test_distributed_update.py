@@ -17,7 +17,7 @@ import numpy as np
 
 from arlarena_jax.models import make_mesh
 from tests.helpers.distributed_update import run
-from tests.helpers.two_processes import ROOT, run_workers
+from tests.helpers.processes import ROOT, run_workers
 
 WORKER = ROOT / "tests" / "helpers" / "distributed_update.py"
 
