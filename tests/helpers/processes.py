@@ -31,9 +31,12 @@ def process_env(
     """The environment of every process but ARLARENA_PROCESS_ID (``devices`` None: XLA_FLAGS
     unset, the program picks its device count)."""
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
+    # the suite's other XLA flags (conftest: -O0) stay; the device count is the processes'
+    flags = [f for f in env.pop("XLA_FLAGS", "").split() if "device_count" not in f]
     if devices is not None:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env |= {"ARLARENA_COORDINATOR": f"localhost:{port}", "ARLARENA_NUM_PROCESSES": str(n)}
