@@ -209,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 EXIT_USER_ERROR = 2  # a bad config, model, checkpoint or path: the one line says what to fix
 EXIT_INTERNAL_ERROR = 1  # anything else: a bug; the line names the log holding the traceback
+EXIT_TEMPFAIL = 75  # EX_TEMPFAIL: stopped, or another process was lost; the same command resumes
 
 
 def _is_user_error(error: Exception) -> bool:
@@ -217,6 +218,12 @@ def _is_user_error(error: Exception) -> bool:
     checkpoint = sys.modules.get("arlarena_jax.train.checkpoint")  # not loaded: not its error
     checkpoint_error = getattr(checkpoint, "CheckpointError", ConfigError)
     return isinstance(error, ConfigError | checkpoint_error | OSError)
+
+
+def _is_lost_process(error: Exception) -> bool:
+    """Another process of a multi-process run stopped answering (``ProcessLost``)."""
+    processes = sys.modules.get("arlarena_jax.train.processes")  # not loaded: not its error
+    return processes is not None and isinstance(error, processes.ProcessLost)
 
 
 def _one_line(error: Exception) -> str:
@@ -261,6 +268,9 @@ def report_error(error: Exception, args: argparse.Namespace, argv: Sequence[str]
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_INTERNAL_ERROR
+    if _is_lost_process(error):  # a peer died or hangs: the saved run is intact, resume it
+        print(f"arlarena: {_one_line(error)}; run the same command to resume", file=sys.stderr)
+        return EXIT_TEMPFAIL
     user = _is_user_error(error)
     log = None
     if args.debug:

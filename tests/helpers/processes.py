@@ -51,10 +51,13 @@ def start(
     cwd: Path = ROOT,
     extra=None,
     script=None,
+    port: int | None = None,
+    ids: Sequence[int] | None = None,
 ) -> list[subprocess.Popen]:
     """``python -m arlarena_jax *argv`` (or ``python script *argv``) as ``n`` processes (outputs
-    captured, merged)."""
-    env = process_env(n, devices, free_port(), extra)
+    captured, merged); ``ids``: only these process ids (the others started elsewhere, on
+    ``port``)."""
+    env = process_env(n, devices, free_port() if port is None else port, extra)
     program = ["-m", "arlarena_jax"] if script is None else [str(script)]
     return [
         subprocess.Popen(
@@ -65,7 +68,7 @@ def start(
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for i in range(n)
+        for i in (range(n) if ids is None else ids)
     ]
 
 
