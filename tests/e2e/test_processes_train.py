@@ -1,8 +1,8 @@
 """``arlarena train`` as several ``jax.distributed`` processes on localhost (issue 65), and the law
 that the number of processes does not change the result.
 
-One config (the main job's Sokoban shrunk to 2 RL steps of 4 groups of 2, a (data=2, fsdp=2)
-mesh over 4 devices) runs as 1 process with 4 devices, 2 processes with 2 devices and 4 processes
+One config (the main job's Sokoban shrunk to 2 RL steps of 4 groups of 2, its on-device rollout,
+a (data=2, fsdp=2) mesh over 4 devices) runs as 1 process with 4 devices, 2 processes with 2 devices and 4 processes
 with 1 device, on one shared run directory each. Each process plays its block of the groups and of
 the evaluation's episodes and decodes on its own devices; environment seeds and sampling keys
 follow the global episode. Expected, by that construction:
@@ -115,3 +115,23 @@ def test_two_processes_play_what_one_plays(one_process, two_processes):
 def test_four_processes_play_what_one_plays(one_process, tmp_path):
     train(tmp_path / "run", 4)
     assert_same_run(one_process, tmp_path / "run")
+
+
+def test_the_host_rollout_as_two_processes_plays_what_one_plays(tmp_path):
+    """The host turn loop (``env.device_rollout: false``: environments stepped in Python, the
+    sampler's continuous batching deciding from each process's own prompts), same law."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(one, 1, "env.device_rollout=false")
+    train(two, 2, "env.device_rollout=false")
+    assert_same_run(one, two)
+
+
+def test_asynchronous_rl_as_two_processes(tmp_path):
+    """k = 1: each process's producer thread plays its share one update behind, gathering
+    through the thread-safe exchange while the main thread updates."""
+    run_dir = tmp_path / "run"
+    train(run_dir, 2, "trainer.max_staleness=1", "trainer.total_steps=3")
+    scalars = read_scalars(run_dir / "tensorboard")
+    assert [s for s, _ in scalars["async/staleness_max"]] == [1, 2, 3]
+    assert all(v <= 1 for _, v in scalars["async/staleness_max"])
+    assert json.loads((run_dir / "final.json").read_text())["complete"]
