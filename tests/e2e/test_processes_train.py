@@ -1,11 +1,10 @@
 """``arlarena train`` as several ``jax.distributed`` processes on localhost (issue 65), and the law
-that the number of processes does not change the result.
-
-One config (the main job's Sokoban shrunk to 2 RL steps of 4 groups of 2, its on-device rollout,
-a (data=2, fsdp=2) mesh over 4 devices) runs as 1 process with 4 devices, 2 processes with 2 devices and 4 processes
-with 1 device, on one shared run directory each. Each process plays its block of the groups and of
-the evaluation's episodes and decodes on its own devices; environment seeds and sampling keys
-follow the global episode. Expected, by that construction:
+that the number of processes does not change the result. One config (the main job's Sokoban shrunk
+to 2 RL steps of 4 groups of 2, its on-device rollout, a (data=2, fsdp=2) mesh over 4 devices) runs
+as 1 process with 4 devices, 2 processes with 2 devices and 4 processes with 1 device, on one
+shared run directory each. Each process plays its block of the groups and of the evaluation's
+episodes and decodes on its own devices; environment seeds and sampling keys follow the global
+episode. Expected, by that construction:
 
 - the held-out episodes (seed, won, return, length) are equal, record for record;
 - the training metrics that count or average what was played (``episode/…``, ``batch/…``, the
