@@ -171,6 +171,8 @@ def eval_command(args: argparse.Namespace) -> int:
     with _one_line_config_errors(), Run(resolved, console=False) as run:
         step = run.resume(chosen)
         metrics, rollout = run.evaluate_rollout()
+        if run.pieces.exchange.index != 0:  # several processes: process 0 reports and writes
+            return 0
     where = "untrained model (no checkpoint)" if step is None else f"checkpoint step {step}"
     from arlarena_jax.train.build import eval_episodes
     from arlarena_jax.train.metrics import split_tag
@@ -200,12 +202,9 @@ def export_command(args: argparse.Namespace) -> int:
     (default ``RUN_DIR/hf``), from the run's own ``config.yaml``: any run, a sweep's included,
     exports on its own. LoRA adapters are merged into the weights; ``--peft DIR`` also writes
     them as a PEFT adapter."""
-    from flax import nnx
-
     from arlarena_jax.errors import ConfigError
-    from arlarena_jax.models.lora import merged_model
     from arlarena_jax.train.config_io import load_config
-    from arlarena_jax.train.export import export_hf
+    from arlarena_jax.train.export import export_policy
     from arlarena_jax.train.run import Run
 
     run_dir = Path(args.run_dir)
@@ -219,13 +218,12 @@ def export_command(args: argparse.Namespace) -> int:
         step = run.resume(args.step)
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to export")
-        nnx.update(run.model, run.train_state().params)
-        merged = merged_model(run.model)  # LoRA: adapters merged into plain weights
-        out = export_hf(args.out or run_dir / "hf", merged, run.tokenizer, run.config)
-        if args.peft:
-            peft = _export_peft(run, args.peft)
+        x = run.pieces.exchange  # several processes: process 0 writes (export_policy)
+        out = args.out or run_dir / "hf"  # LoRA: adapters merged into plain weights
+        export_policy(out, run.model, run.train_state().params, run.tokenizer, run.config, x)
+        peft = _export_peft(run, args.peft) if args.peft and x.index == 0 else None
     print(f"exported checkpoint step {step} of {run_dir} to {out}")
-    if args.peft:
+    if peft is not None:
         print(f"exported its LoRA adapter (PEFT format) to {peft}")
     return 0
 

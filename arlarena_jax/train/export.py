@@ -23,11 +23,44 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
+from flax import nnx
+
 from arlarena_jax.models import QwenForCausalLM, save_generation_config, save_pretrained
+from arlarena_jax.models.lora import merged_model
 from arlarena_jax.models.value import QwenValueModel, save_value_pretrained
 from arlarena_jax.tokenization import stop_token_ids
 from arlarena_jax.train.config import Config
+from arlarena_jax.train.processes import Exchange
 from arlarena_jax.train.resolution import model_dir
+
+
+def whole_params(params: Any) -> Any:
+    """The parameters as one process can write them: themselves with one process; with several,
+    whole NumPy copies gathered from every process (a collective: every process calls it)."""
+    if jax.process_count() == 1:
+        return params
+    from arlarena_jax.models.sharding import to_host
+
+    return to_host(params)
+
+
+def export_policy(
+    directory: str | Path,
+    model: QwenForCausalLM,
+    params: Any,
+    tokenizer: Any,
+    config: Config,
+    exchange: Exchange,
+) -> Path:
+    """:func:`export_hf` of ``params`` (put into ``model``; LoRA adapters merged) from one
+    process or several: every process gathers the whole parameters, process 0 writes, the others
+    wait for it (one writer of the shared run directory)."""
+    nnx.update(model, whole_params(params))
+    if exchange.index == 0:
+        export_hf(directory, merged_model(model), tokenizer, config)
+    exchange.allgather("exported", None)
+    return Path(directory)
 
 
 def export_hf(

@@ -14,10 +14,9 @@ from typing import Any
 import jax
 from flax import nnx
 
-from arlarena_jax.models.lora import merged_model
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.critic import exportable_critic
-from arlarena_jax.train.export import export_critic, export_hf
+from arlarena_jax.train.export import export_critic, export_policy, whole_params
 from arlarena_jax.train.final import complete_record, final_record, write_final
 from arlarena_jax.train.learner import Learner
 from arlarena_jax.train.pieces import Pieces
@@ -117,29 +116,15 @@ class Finish:
             self.pieces.model,
             self.pieces.tokenizer,
         )
-        # several processes: every one gathers the whole parameters (a collective), process 0
-        # writes, and the others wait for it (one writer of the shared run directory)
-        first = self.pieces.exchange.index == 0
-        nnx.update(model, _whole(state.params))
-        if first:
-            export_hf(self.run_dir / "hf", merged_model(model), tokenizer, self.config)
+        x = self.pieces.exchange  # several processes: process 0 writes (export_policy)
+        export_policy(self.run_dir / "hf", model, state.params, tokenizer, self.config, x)
         if state.critic is not None:
-            nnx.update(self.learner.critic_module, _whole(state.critic_params))
+            nnx.update(self.learner.critic_module, whole_params(state.critic_params))
             critic = exportable_critic(self.learner.critic_module, model)
-            if first:
+            if x.index == 0:
                 export_critic(self.run_dir / "hf_critic", critic, tokenizer)
-        self.pieces.exchange.allgather("exported", None)
+            x.allgather("critic exported", None)
 
     def _write(self, record: dict[str, Any]) -> None:
         if jax.process_index() == 0:
             write_final(self.run_dir, record)
-
-
-def _whole(params: Any) -> Any:
-    """The parameters as this process can write them: themselves with one process; with
-    several, whole NumPy copies gathered from every process (a collective)."""
-    if jax.process_count() == 1:
-        return params
-    from arlarena_jax.models.sharding import to_host
-
-    return to_host(params)
