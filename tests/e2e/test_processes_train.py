@@ -134,3 +134,30 @@ def test_asynchronous_rl_as_two_processes(tmp_path):
     assert [s for s, _ in scalars["async/staleness_max"]] == [1, 2, 3]
     assert all(v <= 1 for _, v in scalars["async/staleness_max"])
     assert json.loads((run_dir / "final.json").read_text())["complete"]
+
+
+def test_eval_and_export_of_a_two_process_run_as_two_processes(
+    one_process, two_processes, tmp_path
+):
+    """``arlarena eval`` (each process plays its block of the held-out episodes; process 0
+    reports and writes) and ``arlarena export`` (process 0 writes the gathered parameters) as two
+    processes: the episodes are the training run's final evaluation, and the export equals the
+    one the single-process run wrote for the same checkpoint up to the update's tolerance."""
+    from safetensors.numpy import load_file
+
+    run_dir, _ = two_processes
+    episodes = tmp_path / "episodes.jsonl"
+    argv = ["eval", CONFIG, *SHRUNK, f"trainer.run_dir={run_dir}", "--episodes-out", str(episodes)]
+    results = run(argv, 2, devices=2, timeout=600)
+    assert all(code == 0 for code, _ in results), tail([o for _, o in results])
+    kept = held_out(run_dir)
+    final = kept[max(kept)]  # the last step's file
+    assert [json.loads(line) for line in episodes.open()] == final
+    out = tmp_path / "hf"
+    results = run(["export", str(run_dir), "--out", str(out)], 2, devices=2, timeout=600)
+    assert all(code == 0 for code, _ in results), tail([o for _, o in results])
+    ours = load_file(out / "model.safetensors")
+    theirs = load_file(one_process / "hf" / "model.safetensors")
+    assert set(ours) == set(theirs)
+    for name, value in theirs.items():
+        assert math.isclose(float(abs(ours[name] - value).max()), 0.0, abs_tol=1e-4), name
