@@ -13,17 +13,28 @@ episode. Expected, by that construction:
   program over the same 4-device mesh, its float32 reductions ordered by the collectives of one
   or several processes (the two-process update test measured ~1e-6);
 - timings, throughput and compile counts are not compared.
+
+Faults and changes of shape, on copies of those runs (so they clone once): a run saved by 2
+processes continued by 1 or by 4 plays the next step as the single-process run continued does;
+SIGTERM to process 1 alone stops both at the same safe point after saving (exit 75) and the same
+command resumes to the uninterrupted run's metrics; SIGKILL of process 1 ends process 0 within the
+bounded waits (process timeout 20 s, heartbeat 10 s here; 240 s allowed) with one line, and the
+next start resumes and finishes; processes started with different configs, or a batch that does
+not split into whole groups per process, are refused in one line (exit 2).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import signal
+import threading
 
 import pytest
 
 from arlarena_jax.train.metrics import read_scalars
-from tests.helpers.processes import run, tail
+from tests.helpers.processes import finish, free_port, run, signal_when, start, tail
 
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
 SHRUNK = [
@@ -161,3 +172,85 @@ def test_eval_and_export_of_a_two_process_run_as_two_processes(
     assert set(ours) == set(theirs)
     for name, value in theirs.items():
         assert math.isclose(float(abs(ours[name] - value).max()), 0.0, abs_tol=1e-4), name
+
+
+# ---- faults and changes of shape ----
+
+
+def _steps(run_dir) -> list[int]:
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def _copy(run_dir, to):
+    """A copy of a finished run, to continue (its export and final record left behind)."""
+    shutil.copytree(run_dir, to, ignore=shutil.ignore_patterns("hf", "final.json", ".lock"))
+    return to
+
+
+def test_a_run_saved_by_two_processes_resumes_as_one_and_as_four(
+    one_process, two_processes, tmp_path
+):
+    reference = _copy(one_process, tmp_path / "reference")
+    train(reference, 1, "trainer.total_steps=3")
+    for processes in (1, 4):
+        resumed = _copy(two_processes[0], tmp_path / f"resumed_by_{processes}")
+        train(resumed, processes, "trainer.total_steps=3")
+        assert _steps(resumed)[-1] == 3
+        assert_same_run(reference, resumed)
+
+
+def test_sigterm_to_one_process_stops_all_at_one_safe_point_and_resumes(two_processes, tmp_path):
+    stopped = tmp_path / "stopped"
+    argv = ["train", CONFIG, *SHRUNK, f"trainer.run_dir={stopped}"]
+    procs = start(argv, 2, devices=2)
+    waiter = threading.Thread(
+        target=signal_when, args=(procs, 1, signal.SIGTERM, lambda: 1 in _steps(stopped))
+    )
+    waiter.start()
+    results = finish(procs, 900)
+    waiter.join()
+    outputs = [out for _, out in results]
+    assert [code for code, _ in results] == [75, 75], tail(outputs)
+    assert "stopped" in outputs[0].lower() and "resume" in outputs[0].lower(), tail(outputs)
+    train(stopped, 2)
+    assert_same_run(two_processes[0], stopped)
+
+
+def test_sigkill_of_one_process_ends_the_others_in_one_line_and_the_run_resumes(
+    two_processes, tmp_path
+):
+    run_dir = _copy(two_processes[0], tmp_path / "run")
+    argv = ["train", CONFIG, *SHRUNK, "trainer.total_steps=4", f"trainer.run_dir={run_dir}"]
+    bounded = {"ARLARENA_PROCESS_TIMEOUT_S": "20", "ARLARENA_HEARTBEAT_TIMEOUT_S": "10"}
+    procs = start(argv, 2, devices=2, extra=bounded)
+    signal_when(procs, 1, signal.SIGKILL, lambda: 3 in _steps(run_dir))
+    (code, out), _ = finish(procs, 240)
+    assert code != 0
+    last = [line for line in out.splitlines() if line.startswith("arlarena:")]
+    assert last and "process" in last[-1], out[-3000:]
+    results = run(argv, 2, devices=2, timeout=900)
+    assert all(code == 0 for code, _ in results), tail([o for _, o in results])
+    assert json.loads((run_dir / "final.json").read_text())["complete"]
+    assert _steps(run_dir)[-1] == 4
+
+
+def test_processes_started_with_different_configs_are_refused_in_one_line(tmp_path):
+    procs, port = [], free_port()
+    for index, lr in enumerate(("1e-6", "2e-6")):  # each its own config
+        argv = ["train", CONFIG, *SHRUNK, f"optim.lr={lr}", f"trainer.run_dir={tmp_path}"]
+        procs += start(argv, 2, devices=2, port=port, ids=[index])
+    results = finish(procs, 300)
+    lines = [ln for _, out in results for ln in out.splitlines() if "started with other" in ln]
+    assert lines and all(code == 2 for code, _ in results), tail([o for _, o in results])
+    assert "process 1 was started with other config than process 0" in lines[0]
+
+
+def test_a_batch_that_does_not_split_into_whole_groups_is_one_line(tmp_path):
+    argv = ["train", CONFIG, *SHRUNK, "env.train_batch_size=3", f"trainer.run_dir={tmp_path}"]
+    results = run(argv, 2, devices=2, timeout=300)
+    for code, out in results:
+        assert code == 2, out[-2000:]
+        assert "'env.train_batch_size' (3 groups) does not split" in out
