@@ -164,6 +164,7 @@ def eval_command(args: argparse.Namespace) -> int:
     ``--allow-untrained`` asks for the untrained model."""
     resolved = _config(args, training=False)
     config = resolved.config
+    initialize_if_distributed()  # several processes: each evaluates its block (process_shares)
     from arlarena_jax.train.run import Run
 
     run_dir, chosen = Path(args.run_dir), getattr(args, "step", None)
@@ -212,6 +213,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml", [f"trainer.run_dir={run_dir}"])
     args.run_dir = str(run_dir)
+    initialize_if_distributed()  # several processes: they gather, process 0 writes
     if args.step is not None:
         _check_chosen_step(run_dir, args.step)
     with Run(config, console=False) as run:
