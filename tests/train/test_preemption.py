@@ -291,13 +291,13 @@ def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
     is done; the next start exports again without evaluating again, and marks the run complete;
     a third start does nothing and says so in one line (exit 0). A raised total_steps is work."""
     from arlarena_jax import cli
-    from arlarena_jax.train import finish as finish_module
+    from arlarena_jax.train import export as export_module
     from arlarena_jax.train.final import read_final
     from arlarena_jax.train.finish import complete_summary
 
     config = load_config(CONFIG, [*overrides(shared, tmp_path), "trainer.export_hf=true"])
     guard, exports, evaluations = SignalOnEntering("never"), [], []
-    original_export, original_evaluate = finish_module.export_hf, Run.evaluate
+    original_export, original_evaluate = export_module.export_hf, Run.evaluate
 
     def export(*args, **kwargs):
         exports.append(1)
@@ -309,7 +309,7 @@ def test_a_stop_during_the_export_stops_the_run_and_a_finished_run_does_nothing(
         evaluations.append(self.phase)
         return original_evaluate(self, *args, **kwargs)
 
-    monkeypatch.setattr(finish_module, "export_hf", export)
+    monkeypatch.setattr(export_module, "export_hf", export)
     monkeypatch.setattr(Run, "evaluate", evaluate)
     guard.watch_runs(monkeypatch)
     summary = train(config, console=False, guard=guard)
