@@ -57,9 +57,9 @@ def export_policy(
     process or several: every process gathers the whole parameters, process 0 writes, the others
     wait for it (one writer of the shared run directory)."""
     nnx.update(model, whole_params(params))
-    if exchange.index == 0:
-        export_hf(directory, merged_model(model), tokenizer, config)
-    exchange.allgather("exported", None)
+    exchange.first_then_all(
+        "exported", lambda: export_hf(directory, merged_model(model), tokenizer, config)
+    )
     return Path(directory)
 
 

@@ -121,9 +121,8 @@ class Finish:
         if state.critic is not None:
             nnx.update(self.learner.critic_module, whole_params(state.critic_params))
             critic = exportable_critic(self.learner.critic_module, model)
-            if x.index == 0:
-                export_critic(self.run_dir / "hf_critic", critic, tokenizer)
-            x.allgather("critic exported", None)
+            directory = self.run_dir / "hf_critic"
+            x.first_then_all("critic exported", lambda: export_critic(directory, critic, tokenizer))
 
     def _write(self, record: dict[str, Any]) -> None:
         if jax.process_index() == 0:

@@ -11,7 +11,6 @@ from typing import Any
 from arlarena_jax.rollout.loop import collect
 from arlarena_jax.rollout.policy import SamplerPolicy
 from arlarena_jax.train import build
-from arlarena_jax.train.distributed import process_timeout_s
 from arlarena_jax.train.fingerprint import check_same_start
 from arlarena_jax.train.kept_tokenizer import run_tokenizer
 from arlarena_jax.train.metrics import MetricsWriter, TimedEnvBatch, Timer
@@ -31,7 +30,7 @@ class Pieces:
         self.resolved, self.run_dir, self.closing = run, run_dir, closing
         self.config = config = run.config
         self.first_calls = first_calls
-        self.exchange = Exchange(process_timeout_s())  # one process: exchanges nothing
+        self.exchange = Exchange()  # one process: exchanges nothing
         check_group_shares(config.env.train_batch_size, self.exchange.count)
         check_same_start(self.exchange, run)
         self.mesh = build.build_mesh(config)
@@ -49,10 +48,8 @@ class Pieces:
     def _tokenizer(self) -> Any:
         """The run's tokenizer, kept in run_dir/tokenizer when built: process 0 keeps it, the
         others read the kept one once it is there (one writer to the shared directory)."""
-        x = self.exchange
-        tokenizer = run_tokenizer(self.resolved) if x.index == 0 else None
-        x.allgather("tokenizer kept", None)  # process 0 has written it
-        return tokenizer if x.index == 0 else run_tokenizer(self.resolved)
+        kept = self.exchange.first_then_all("tokenizer kept", lambda: run_tokenizer(self.resolved))
+        return run_tokenizer(self.resolved) if kept is None else kept
 
     @property
     def writer(self) -> MetricsWriter:

@@ -22,13 +22,13 @@ import itertools
 import pickle
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from arlarena_jax.errors import ConfigError
-
-DEFAULT_TIMEOUT_S = 600.0  # a peer silent this long is lost (ARLARENA_PROCESS_TIMEOUT_S)
+from arlarena_jax.train.distributed import process_timeout_s
 
 
 class ProcessLost(RuntimeError):
@@ -47,9 +47,11 @@ def _client() -> Any:
 class Exchange:
     """Host-side exchange between this run's processes (see module doc)."""
 
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
+        """``timeout_s``: how long to wait for another process (default: the environment's
+        ``ARLARENA_PROCESS_TIMEOUT_S``, ``distributed.process_timeout_s``)."""
         self.index, self.count = jax.process_index(), jax.process_count()
-        self.timeout_s = timeout_s
+        self.timeout_s = process_timeout_s() if timeout_s is None else timeout_s
         self._numbers: defaultdict[str, itertools.count] = defaultdict(itertools.count)
 
     def allgather(self, tag: str, obj: Any) -> list[Any]:
@@ -64,6 +66,13 @@ class Exchange:
         self._wait(client, f"{key}/read", ms)  # every process has read every value
         client.key_value_delete(f"{key}/{self.index}")
         return out
+
+    def first_then_all(self, tag: str, action: Callable[[], Any]) -> Any:
+        """``action()`` on process 0 alone (e.g. writing the shared run directory), which every
+        process then waits for (a collective); its result on process 0, None on the others."""
+        result = action() if self.index == 0 else None
+        self.allgather(tag, None)
+        return result
 
     def same_everywhere(self, what: str, value: str) -> None:
         """Refuse, in one line, a ``value`` (e.g. a fingerprint of the config) that is not the

@@ -34,6 +34,7 @@ from arlarena_jax.models.sharding import to_host
 from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, Request, generate
 from arlarena_jax.sampler.placement import replica_model, replica_params, sampler_mesh
 
+# the tiny decoder of this helper and of tests/sampler/test_sampler_placement.py
 CONFIG = QwenConfig("qwen3", 256, 64, 128, 2, 4, 2, 16, max_position_embeddings=128)
 ENGINE = EngineConfig(
     max_concurrent_decodes=2,

@@ -12,12 +12,12 @@ import json
 import sys
 import time
 
-from arlarena_jax.train.distributed import initialize_if_distributed, process_timeout_s
+from arlarena_jax.train.distributed import initialize_if_distributed
 from arlarena_jax.train.processes import Exchange, ProcessLost
 
 if __name__ == "__main__":
     initialize_if_distributed()
-    exchange = Exchange(process_timeout_s())
+    exchange = Exchange()
     what, me = sys.argv[1], exchange.index
     if what == "gather":
         first = exchange.allgather("a", {"process": me, "rows": list(range(me + 1))})

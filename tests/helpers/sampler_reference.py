@@ -14,19 +14,10 @@ from flax import nnx
 from arlarena_jax.models.logprobs import token_log_probs
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.sampler import Engine, SamplingParams
+from tests.helpers.hf_reference import TINY_HF
 
 VOCAB = 256
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    rope_theta=10000.0,
-    max_position_embeddings=256,
-    initializer_range=0.1,
-)
+COMMON = TINY_HF | dict(vocab_size=VOCAB, max_position_embeddings=256, initializer_range=0.1)
 # Two prefill buckets (8, 16); a cache of 32 tokens per slot.
 BASE = dict(
     max_concurrent_decodes=4, max_prefill_length=16, max_new_tokens=16, min_prefill_bucket=8

@@ -20,18 +20,17 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding
 
-from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.qwen import QwenForCausalLM
 from arlarena_jax.models.sharding import make_mesh, shard_model
 from arlarena_jax.sampler import GREEDY, Engine, EngineConfig, Request, generate
 from arlarena_jax.sampler.engine import param_layout
 from arlarena_jax.sampler.placement import local_mesh, replica_model, replica_params, sampler_mesh
+from tests.helpers.distributed_sampler import CONFIG  # the tiny decoder both tests use
 
 pytestmark = pytest.mark.skipif(
     jax.device_count() < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8"
 )
 
-CONFIG = QwenConfig("qwen3", 256, 64, 128, 2, 4, 2, 16, max_position_embeddings=128)
 ENGINE = EngineConfig(
     max_concurrent_decodes=4,
     max_prefill_length=16,
