@@ -297,9 +297,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     enable_compilation_cache()
     try:
-        return args.handler(args)
+        status = args.handler(args)
     except Exception as error:
         raise SystemExit(report_error(error, args, argv)) from None
+    _finished()
+    return status
+
+
+def _finished() -> None:
+    """A command of a multi-process run ended in order (done, or stopped at a safe point): the
+    other processes stop expecting this one's pulse (``train.liveness``). After an error nothing
+    is said, so the others notice this process is gone."""
+    liveness = sys.modules.get("arlarena_jax.train.liveness")  # not loaded: one process
+    if liveness is not None:
+        liveness.finished()
 
 
 if __name__ == "__main__":

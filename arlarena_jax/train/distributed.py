@@ -13,9 +13,11 @@ Otherwise (one process) nothing happens.
 
 Bounded waits (seconds, from the environment so that every launcher sets them alike):
 ``ARLARENA_INIT_TIMEOUT_S`` (default 120) for reaching the coordinator, after which the start is
-one line naming it; ``ARLARENA_HEARTBEAT_TIMEOUT_S`` (default 60) after which the coordination
-service declares a silent process dead; ``ARLARENA_PROCESS_TIMEOUT_S`` (default 600) for any
-host-side exchange between processes (:mod:`arlarena_jax.train.processes`).
+one line naming it; ``ARLARENA_HEARTBEAT_TIMEOUT_S`` (default 60) after which a process whose
+pulse stopped is lost and the others end in one line, exit 75 (:mod:`arlarena_jax.train.liveness`;
+JAX's own heartbeat, a C++ abort, is set to twice that plus 30 s as a backstop);
+``ARLARENA_PROCESS_TIMEOUT_S`` (default 600) for any host-side exchange between processes
+(:mod:`arlarena_jax.train.processes`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Mapping
 import jax
 
 from arlarena_jax.errors import ConfigError
+from arlarena_jax.train import liveness
 
 
 def distributed_settings(env: Mapping[str, str]) -> dict | None:
@@ -73,11 +76,16 @@ def initialize_if_distributed(env: Mapping[str, str] | None = None) -> bool:
     settings = distributed_settings(env)
     if settings is None:
         return False
+    if jax.distributed.is_initialized():  # started already (the data check starts it early)
+        return True
     init_s = int(_seconds(env, "ARLARENA_INIT_TIMEOUT_S", 120.0))
-    heartbeat_s = int(_seconds(env, "ARLARENA_HEARTBEAT_TIMEOUT_S", 60.0))
+    heartbeat_s = _seconds(env, "ARLARENA_HEARTBEAT_TIMEOUT_S", 60.0)
     try:
         jax.distributed.initialize(
-            **settings, initialization_timeout=init_s, heartbeat_timeout_seconds=heartbeat_s
+            **settings,
+            initialization_timeout=init_s,
+            heartbeat_timeout_seconds=int(2 * heartbeat_s)
+            + 30,  # a backstop: liveness speaks first
         )
     except Exception as error:  # XlaRuntimeError / RuntimeError from the coordination client
         where = settings.get("coordinator_address", "the coordinator")
@@ -86,4 +94,9 @@ def initialize_if_distributed(env: Mapping[str, str] | None = None) -> bool:
             f"could not join the other processes through {where} within {init_s} s "
             f"(ARLARENA_INIT_TIMEOUT_S): {type(error).__name__}: {first}"
         ) from None
+    from jax._src import distributed  # the coordination service's client
+
+    liveness.watch(
+        distributed.global_state.client, jax.process_index(), jax.process_count(), heartbeat_s
+    )
     return True
