@@ -86,8 +86,34 @@ def _config(
         if training:  # an evaluation restores the run's own checkpoint, never the start's
             start.check_start(run)
         memory_estimate.check_config_memory(run, training=training, devices_known=_single_process())
-    build.check_data(run, training=training)
+    _check_data(run, training=training)
     return run
+
+
+def _check_data(run: Resolved, *, training: bool) -> None:
+    """The environment's data checked, and built where it is built on first use (TextWorld's
+    games). Several processes check after process 0 has, so data on a shared disk is built once,
+    never by two processes at once; a problem process 0 found is every process's one line."""
+    from arlarena_jax.errors import ConfigError
+    from arlarena_jax.train import build
+
+    if distributed_settings(os.environ) is None:
+        build.check_data(run, training=training)
+        return
+    initialize_if_distributed()
+    from arlarena_jax.train.processes import Exchange
+
+    exchange, problem = Exchange(), None
+    if exchange.index == 0:
+        try:
+            build.check_data(run, training=training)
+        except ConfigError as error:
+            problem = str(error)
+    problem = exchange.allgather("data", problem)[0]
+    if problem is not None:
+        raise ConfigError(problem)
+    if exchange.index != 0:
+        build.check_data(run, training=training)
 
 
 def train_command(args: argparse.Namespace) -> int:
