@@ -5,7 +5,8 @@ One process per host (TPU pod worker, GPU node) runs the same command. The entry
 
 * ``ARLARENA_COORDINATOR`` (``host:port``), ``ARLARENA_NUM_PROCESSES`` and ``ARLARENA_PROCESS_ID``
   set explicitly (any launcher, e.g. the localhost two-process CPU test);
-* SLURM (``SLURM_NTASKS`` > 1): JAX reads the SLURM variables itself;
+* SLURM (``SLURM_NTASKS`` > 1): JAX reads the SLURM variables itself, except that a task alone
+  on its node is given all of its GPUs (:func:`slurm_local_devices`);
 * Cloud TPU pods (``TPU_WORKER_HOSTNAMES`` with more than one host, or ``MEGASCALE_*``): JAX
   discovers the coordinator itself.
 
@@ -23,6 +24,7 @@ JAX's own heartbeat, a C++ abort, is set to twice that plus 30 s as a backstop);
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import jax
@@ -47,11 +49,24 @@ def distributed_settings(env: Mapping[str, str]) -> dict | None:
                 "ARLARENA_NUM_PROCESSES and ARLARENA_PROCESS_ID must be integers"
             ) from None
     if int(env.get("SLURM_NTASKS", "1")) > 1:
-        return {}
+        return slurm_local_devices(env)
     hosts = env.get("TPU_WORKER_HOSTNAMES", "")
     if len([h for h in hosts.split(",") if h]) > 1 or "MEGASCALE_COORDINATOR_ADDRESS" in env:
         return {}
     return None
+
+
+def slurm_local_devices(env: Mapping[str, str]) -> dict:
+    """Under SLURM, JAX gives each task the one GPU numbered by its ``SLURM_LOCALID`` (one task
+    per GPU). A task alone on its node (``launch/slurm_gpu.sbatch``: one task per node, all its
+    GPUs) gets every GPU SLURM gave it instead: ``local_device_ids`` 0..n-1 over
+    ``CUDA_VISIBLE_DEVICES`` (else ``SLURM_GPUS_ON_NODE``). Several tasks per node, or no GPU:
+    JAX's default (``{}``)."""
+    if not re.fullmatch(r"1(\(x\d+\))?", env.get("SLURM_TASKS_PER_NODE", "")):
+        return {}
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    count = len(visible) if visible else int(env.get("SLURM_GPUS_ON_NODE", "0") or 0)
+    return {"local_device_ids": list(range(count))} if count > 1 else {}
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -46,3 +46,25 @@ def test_cluster_auto_detection():
 def test_bad_settings_fail_in_one_line(env, match):
     with pytest.raises(ValueError, match=match):
         distributed_settings(env)
+
+
+@pytest.mark.parametrize(
+    ("env", "ids"),
+    [
+        # slurm_gpu.sbatch: one task per node, SLURM's gres hands it 8 GPUs: all 8, not JAX's
+        # default [SLURM_LOCALID] = [0]
+        (
+            {"SLURM_TASKS_PER_NODE": "1(x4)", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+            list(range(8)),
+        ),
+        ({"SLURM_TASKS_PER_NODE": "1", "CUDA_VISIBLE_DEVICES": "4,5"}, [0, 1]),  # renumbered
+        ({"SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": "4"}, [0, 1, 2, 3]),
+        ({"SLURM_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"}, None),  # a GPU per task
+        ({"SLURM_TASKS_PER_NODE": "8(x2)", "SLURM_GPUS_ON_NODE": "8"}, None),
+        ({"SLURM_TASKS_PER_NODE": "1(x2)"}, None),  # CPU nodes (the local test cluster)
+        ({"SLURM_TASKS_PER_NODE": "1", "CUDA_VISIBLE_DEVICES": "0"}, None),  # one GPU: as JAX
+    ],
+)
+def test_a_slurm_task_alone_on_its_node_gets_all_its_gpus(env, ids):
+    settings = distributed_settings({"SLURM_NTASKS": "2", **env})
+    assert settings == ({} if ids is None else {"local_device_ids": ids})
