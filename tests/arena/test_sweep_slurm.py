@@ -9,10 +9,7 @@ run branching from it, stopped by SIGTERM midway and requeued.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,10 +20,8 @@ from arlarena_jax.arena.jobs import Job, read_state
 from arlarena_jax.arena.progress import Progress
 from arlarena_jax.arena.slurm import SlurmExecutor, alive_jobs, sbatch_options, slurm_job_id
 from arlarena_jax.errors import ConfigError
+from tests.helpers.slurm import ROOT, local_cluster
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "launch" / "slurm_local.sh"
-TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "munged")
 DEMO = ("demo", "--method", "grpo", "--env", "sokoban")
 MISSING = ("train", "/nonexistent.yaml")
 TINY = [
@@ -85,25 +80,11 @@ def test_without_sbatch_a_config_error(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster():
-    """SLURM_CONF of a local cluster, started for this module and stopped after it."""
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"SLURM not installed (apt-get install slurm-wlm): no {', '.join(missing)}")
-    state = Path(tempfile.mkdtemp(prefix="arlarena-slurm-", dir="/tmp"))  # short socket paths
-    env = dict(os.environ, SLURM_LOCAL_TIMEOUT="60")
-    try:
-        started = subprocess.run(
-            [str(SCRIPT), "start", str(state)], env=env, capture_output=True, text=True, timeout=90
-        )
-        assert started.returncode == 0, f"{started.stdout}{started.stderr}"
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(state / "slurm.conf"))
-            # the jobs' environment comes from the submitter's (sbatch --export=ALL), so their
-            # `arlarena` processes share the suite's compilation cache ($ARLARENA_XLA_CACHE)
-            yield state / "slurm.conf"
-    finally:
-        subprocess.run([str(SCRIPT), "stop", str(state)], timeout=60, check=False)
-        shutil.rmtree(state, ignore_errors=True)
+    """SLURM_CONF of a local cluster, started for this module and stopped after it. The jobs'
+    environment comes from the submitter's (sbatch --export=ALL), so their `arlarena` processes
+    share the suite's compilation cache ($ARLARENA_XLA_CACHE)."""
+    with local_cluster() as conf:
+        yield conf
 
 
 def _run(
