@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from arlarena_jax.train.metrics import read_scalars
-from tests.e2e.test_processes_train import CONFIG, SHRUNK
+from tests.helpers.process_runs import CONFIG, SHRUNK
 from tests.helpers.processes import free_port
 from tests.helpers.slurm import ROOT, local_cluster
 
