@@ -135,6 +135,8 @@ def _train_and_report(run: Resolved) -> int:
     """Train; print the summary table (status 0), or, when SIGTERM or SIGINT stopped the run
     after saving, its one line (status 75, EX_TEMPFAIL: run the same command to resume), or,
     for a run that was complete already, one line saying so (status 0)."""
+    import jax
+
     from arlarena_jax.train.loop import (
         EXIT_STOPPED,
         complete_line,
@@ -148,6 +150,8 @@ def _train_and_report(run: Resolved) -> int:
     if summary.stopped is not None:
         print(stop_line(summary), file=sys.stderr, flush=True)
         return EXIT_STOPPED
+    if jax.process_index() != 0:  # several processes: process 0 alone reports
+        return 0
     if summary.already_complete:
         print(complete_line(summary), flush=True)
         return 0

@@ -82,7 +82,10 @@ class Run:
         (:mod:`~arlarena_jax.train.run_lock`) before refusing it."""
         self.resolved = resolve_run(config)  # once: every piece reads this resolution
         self.config = config = self.resolved.config
-        self.console, self.run_dir = console, Path(config.trainer.run_dir)
+        # several processes: process 0 alone prints the progress (a pod's launcher gathers every
+        # host's output; the others print only their errors and stop line)
+        self.console = console and jax.process_index() == 0
+        self.run_dir = Path(config.trainer.run_dir)
         self.started = time.perf_counter()
         self.stops = Stops(guard, lambda: (self.host.step, config.trainer.total_steps))
         self._closing = contextlib.ExitStack()
