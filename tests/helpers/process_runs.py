@@ -61,9 +61,9 @@ def arlarena(argv: list[str], processes: int, timeout: float = 900, **kwargs) ->
     return outputs
 
 
-def clone(run_dir: Path, processes: int = 1) -> Path:
+def clone(run_dir: Path, processes: int = 1, *extra: str) -> Path:
     """The cloned start (``arlarena sft``: cloning, its evaluation, checkpoint step 0)."""
-    arlarena(command("sft", run_dir), processes)
+    arlarena(command("sft", run_dir, *extra), processes)
     return run_dir
 
 
