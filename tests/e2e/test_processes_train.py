@@ -12,7 +12,9 @@ episode. Expected, by that construction:
 - the update's metrics (``actor/…``) agree within 1e-4 relative + 1e-6 absolute: the same
   program over the same 4-device mesh, its float32 reductions ordered by the collectives of one
   or several processes (the two-process update test measured ~1e-6);
-- timings, throughput and compile counts are not compared.
+- timings, throughput and compile counts are not compared, nor each process's share
+  (``process/<i>/…``); the host rollout's environment steps, summed over the processes, are the
+  one process's.
 
 Faults and changes of shape, on copies of those runs (so they clone once): a run saved by 2
 processes continued by 1 or by 4 plays the next step as the single-process run continued does;
@@ -52,7 +54,7 @@ SHRUNK = [
     "mesh.data=2",
     "mesh.fsdp=2",
 ]
-NOT_COMPARED = ("timing/", "perf/", "compile/", "memory/", "sft/timing")
+NOT_COMPARED = ("timing/", "perf/", "compile/", "memory/", "sft/timing", "process/")
 EXACT = ("episode/", "batch/", "critic/score/", "val/", "validation/", "test/")
 
 
@@ -132,6 +134,10 @@ def test_the_host_rollout_as_two_processes_plays_what_one_plays(tmp_path):
     train(one, 1, "env.device_rollout=false")
     train(two, 2, "env.device_rollout=false")
     assert_same_run(one, two)
+    steps = [read_scalars(run / "tensorboard") for run in (one, two)]
+    alone = [v for _, v in steps[0]["process/0/env_steps"]]
+    shares = [[v for _, v in steps[1][f"process/{i}/env_steps"]] for i in range(2)]
+    assert all(alone) and [a + b for a, b in zip(*shares, strict=True)] == alone
 
 
 def test_asynchronous_rl_as_two_processes(tmp_path):
