@@ -227,7 +227,8 @@ def main() -> None:
             run_dir = keep / f"processes{n}"
             wall = train(n, run_dir, data, args.steps, args.timeout)
             rows.append(summary(n, shares(run_dir, n), wall))
-            print(f"{n} process(es): {wall / 60:.1f} min", flush=True)
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{n} process(es): {wall / 60:.1f} min, then load average {load}", flush=True)
     table(rows)
     if not ratios(rows):
         raise SystemExit("FLAG: the environment steps did not split as 1/N (totals above)")
