@@ -33,7 +33,7 @@ NAMES = ("env_steps", *SPLITS, "exchange_s", "exchange_mib")  # process/<i>/<nam
 def own_numbers(seconds: Mapping[str, float], env_steps: int, traffic: Traffic) -> dict[str, float]:
     """This process's numbers of a step (:data:`NAMES`): ``seconds`` its timing splits
     (``Timer.seconds``: a split it did not time is 0), ``env_steps`` its environment steps,
-    ``traffic`` its exchanges' over the step."""
+    ``traffic`` what its exchanges took over the step."""
     out = {"env_steps": float(env_steps)}
     out |= {name: float(seconds.get(split, 0.0)) for name, split in SPLITS.items()}
     out |= {"exchange_s": traffic.seconds, "exchange_mib": traffic.sent_bytes / 2**20}

@@ -29,9 +29,9 @@ from arlarena_jax.train.rl import collect_batch
 class Batch:
     """What a step trains on: the kept groups (``rollout``), the last try, the number of tries,
     the rollout's timing splits (``rollout``, ``rollout/env``) and this process's environment
-    steps. From the producer also the
-    task RNG's state and the policy's call counter after it, the parameters' version it started
-    on and the seconds the trainer and the producer waited for each other."""
+    steps. From the producer also the task RNG's state and the policy's call counter after it,
+    the parameters' version it started on and the seconds the trainer and the producer waited
+    for each other."""
 
     rollout: Any
     last: Any
