@@ -90,6 +90,7 @@ class AsyncRollouts:
         engine.update_params(params)
         engine.params_version, self.producing_step = version, step
         timer.reset()
+        before = envs.steps
         if c.trainer.partial_rollouts:
             engine.before_decode = self.switch_to_newest
         try:
@@ -99,7 +100,8 @@ class AsyncRollouts:
             engine.before_decode = None
         state = rng.bit_generator.state
         calls = self.pieces.policy.calls
-        return Batch(rollout, last, tries, dict(timer.seconds), rng=state, calls=calls)
+        seconds, env_steps = dict(timer.seconds), envs.steps - before
+        return Batch(rollout, last, tries, seconds, env_steps, rng=state, calls=calls)
 
     def switch_to_newest(self) -> None:
         """Partial rollouts' safe point (before a decode call): take newer parameters."""

@@ -282,11 +282,15 @@ class Timer:
 @dataclasses.dataclass
 class TimedEnvBatch:
     """An :class:`~envs.base.EnvBatch` whose ``reset`` and ``step`` seconds go to ``timer`` under
-    ``name`` (the environment's share of a rollout)."""
+    ``name`` (the environment's share of a rollout), counting in ``steps`` the environment steps
+    it took: one per episode still running at a batched step (an ended episode's environment,
+    stepped along with the others, counts no more)."""
 
     envs: Any
     timer: Timer
     name: str = "rollout/env"
+    steps: int = 0
+    _running: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, bool))
 
     @property
     def num_envs(self) -> int:
@@ -294,11 +298,18 @@ class TimedEnvBatch:
 
     def reset(self, seeds):
         with self.timer(self.name):
-            return self.envs.reset(seeds)
+            observations = self.envs.reset(seeds)
+        self._running = np.ones(len(seeds), bool)
+        return observations
 
     def step(self, actions):
         with self.timer(self.name):
-            return self.envs.step(actions)
+            out = self.envs.step(actions)
+        if self._running.size != len(actions):  # stepped before any reset: every one runs
+            self._running = np.ones(len(actions), bool)
+        self.steps += int(self._running.sum())
+        self._running &= ~np.asarray(out.dones, bool)
+        return out
 
     def close(self) -> None:
         self.envs.close()

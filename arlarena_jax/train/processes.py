@@ -13,13 +13,18 @@ key-value store of ``jax.distributed``'s coordination service instead:
 
 :func:`allgather` is the one exchange: every process calls it with the same tag in the same
 order and receives every process's object, in process order. One process exchanges nothing.
+:attr:`Exchange.traffic` is what this process's exchanges took so far (wall seconds inside them,
+bytes sent): the host's share of cross-process communication (``process_stats``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import pickle
+import threading
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,6 +49,23 @@ def _client() -> Any:
     return client
 
 
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """What a process's exchanges took: wall seconds inside :meth:`Exchange.allgather`
+    (pickling, sending, waiting for the slowest process, reading) and the bytes it sent
+    (compressed)."""
+
+    seconds: float = 0.0
+    sent_bytes: int = 0
+
+    def __add__(self, more: Traffic) -> Traffic:
+        return Traffic(self.seconds + more.seconds, self.sent_bytes + more.sent_bytes)
+
+    def __sub__(self, earlier: Traffic) -> Traffic:
+        """What was added since ``earlier`` (a snapshot of the same exchange)."""
+        return Traffic(self.seconds - earlier.seconds, self.sent_bytes - earlier.sent_bytes)
+
+
 class Exchange:
     """Host-side exchange between this run's processes (see module doc)."""
 
@@ -53,18 +75,29 @@ class Exchange:
         self.index, self.count = jax.process_index(), jax.process_count()
         self.timeout_s = process_timeout_s() if timeout_s is None else timeout_s
         self._numbers: defaultdict[str, itertools.count] = defaultdict(itertools.count)
+        self._traffic, self._lock = Traffic(), threading.Lock()  # the producer thread's too
+
+    @property
+    def traffic(self) -> Traffic:
+        """What this process's exchanges took so far (none with one process)."""
+        with self._lock:
+            return self._traffic
 
     def allgather(self, tag: str, obj: Any) -> list[Any]:
         """Every process's ``obj`` (picklable), in process order. A collective: every process
         calls it with the same ``tag`` sequence; within a tag, calls are numbered."""
         if self.count == 1:
             return [obj]
+        start = time.perf_counter()
         client, ms = _client(), int(self.timeout_s * 1000)
         key = f"arlarena/{tag}/{next(self._numbers[tag])}"
-        client.key_value_set_bytes(f"{key}/{self.index}", zlib.compress(pickle.dumps(obj), 1))
+        data = zlib.compress(pickle.dumps(obj), 1)
+        client.key_value_set_bytes(f"{key}/{self.index}", data)
         out = [obj if p == self.index else self._get(client, key, p, ms) for p in range(self.count)]
         self._wait(client, f"{key}/read", ms)  # every process has read every value
         client.key_value_delete(f"{key}/{self.index}")
+        with self._lock:
+            self._traffic += Traffic(time.perf_counter() - start, len(data))
         return out
 
     def first_then_all(self, tag: str, action: Callable[[], Any]) -> Any:

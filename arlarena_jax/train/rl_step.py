@@ -19,6 +19,8 @@ import numpy as np
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.metrics import Timer
+from arlarena_jax.train.process_stats import own_numbers, process_metrics
+from arlarena_jax.train.processes import Exchange
 from arlarena_jax.train.producer import staleness_metrics
 from arlarena_jax.train.rl import collect_batch
 
@@ -26,14 +28,16 @@ from arlarena_jax.train.rl import collect_batch
 @dataclasses.dataclass
 class Batch:
     """What a step trains on: the kept groups (``rollout``), the last try, the number of tries,
-    and the rollout's timing splits (``rollout``, ``rollout/env``). From the producer also the
-    task RNG's state and the policy's call counter after it, the parameters' version it started
-    on and the seconds the trainer and the producer waited for each other."""
+    the rollout's timing splits (``rollout``, ``rollout/env``) and this process's environment
+    steps. From the producer also the task RNG's state and the policy's call counter after it,
+    the parameters' version it started on and the seconds the trainer and the producer waited
+    for each other."""
 
     rollout: Any
     last: Any
     tries: int
     seconds: MutableMapping[str, float]
+    env_steps: int = 0  # this process's environment steps (TimedEnvBatch.steps)
     rng: dict | None = None
     calls: int | None = None
     version: int | None = None
@@ -77,16 +81,31 @@ def step_metrics(
     return metrics
 
 
-def rl_step(step: int, rollouts: Rollouts, learner, timer: Timer, episode_metrics=None):
+def rl_step(
+    step: int,
+    rollouts: Rollouts,
+    learner,
+    timer: Timer,
+    episode_metrics=None,
+    exchange: Exchange | None = None,
+) -> dict[str, float]:
     """Step ``step``: the batch from ``rollouts``, the update (``learner``), the new parameters
-    published to the rollouts (timed as ``sync``); the step's metrics (:func:`step_metrics`)."""
+    published to the rollouts (timed as ``sync``); the step's metrics (:func:`step_metrics`),
+    with ``exchange`` every process's share of the step too (``process/<i>/…``,
+    :mod:`~arlarena_jax.train.process_stats`: a collective)."""
     timer.reset()
+    before = None if exchange is None else exchange.traffic
     batch = rollouts.take(step, timer)
     with timer("update"):
         update = learner.update(batch.rollout, timer)
     with timer("sync"):
         rollouts.publish(step)
-    return step_metrics(step, update, batch, timer, episode_metrics)
+    metrics = step_metrics(step, update, batch, timer, episode_metrics)
+    if exchange is not None:
+        seconds = {**timer.seconds, **batch.seconds}  # the producer's rollout splits, if any
+        own = own_numbers(seconds, batch.env_steps, exchange.traffic - before)
+        metrics |= process_metrics(exchange, own)
+    return metrics
 
 
 def play_batch(
@@ -121,9 +140,11 @@ class SyncRollouts:
 
     def take(self, step: int, timer: Timer) -> Batch:
         p = self.pieces
+        envs = p.envs("train")
+        before = envs.steps
         with timer("rollout"):
-            played = play_batch(self.config, p, self.rng, step, p.envs("train"), p.collector)
-        return Batch(*played, seconds=timer.seconds)
+            played = play_batch(self.config, p, self.rng, step, envs, p.collector)
+        return Batch(*played, seconds=timer.seconds, env_steps=envs.steps - before)
 
     def publish(self, step: int) -> None:
         self.pieces.engine.update_params(self.learner.sampler_params())

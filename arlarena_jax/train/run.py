@@ -235,8 +235,9 @@ class Run:
         self.host.step += 1
         step = self.host.step
         rollouts = self.async_rollouts if self.asynchronous else self.sync_rollouts
-        episode_metrics = self.pieces.task_format.episode_metrics
-        metrics = rl_step(step, rollouts, self.learner, self.pieces.timer, episode_metrics)
+        p = self.pieces
+        episode_metrics = p.task_format.episode_metrics
+        metrics = rl_step(step, rollouts, self.learner, p.timer, episode_metrics, p.exchange)
         new_events = self.monitor.observe(step, metrics)
         self.events += len(new_events)
         self.skipped += int(metrics.get("actor/skipped_steps", 0))

@@ -76,7 +76,8 @@ def test_four_processes_play_what_one_plays(one_process, cloned, tmp_path):
 
 def test_the_host_rollout_as_two_processes_plays_what_one_plays(tmp_path):
     """The host turn loop (``env.device_rollout: false``: environments stepped in Python, the
-    sampler's continuous batching deciding from each process's own prompts), same law. (Its
+    sampler's continuous batching deciding from each process's own prompts), same law; the
+    processes' environment steps (``process/<i>/env_steps``) add up to the one process's. (Its
     own start: a start's evaluation is played the way its config says.)"""
     host = "env.device_rollout=false"
     cloned = clone(tmp_path / "start", 2, host)
@@ -84,6 +85,10 @@ def test_the_host_rollout_as_two_processes_plays_what_one_plays(tmp_path):
     train(one, 1, cloned, host)
     train(two, 2, cloned, host)
     assert_same_run(one, two)
+    steps = [read_scalars(run / "tensorboard") for run in (one, two)]
+    alone = [v for _, v in steps[0]["process/0/env_steps"]]
+    shares = [[v for _, v in steps[1][f"process/{i}/env_steps"]] for i in range(2)]
+    assert all(alone) and [a + b for a, b in zip(*shares, strict=True)] == alone
 
 
 def test_asynchronous_rl_as_two_processes(cloned, tmp_path):

@@ -1,7 +1,8 @@
 """One process of the host-exchange tests (tests/train/test_processes.py): joins the run's
 processes (``ARLARENA_*`` variables), then does what ``argv[1]`` names and prints one JSON line.
 
-- ``gather``: three allgathers of a per-process object, under two tags, interleaved;
+- ``gather``: three allgathers of a per-process object, under two tags, interleaved, and what
+  they took (``Exchange.traffic``);
 - ``differ``: ``same_everywhere`` on a value that differs on process 1 (refused in one line);
 - ``silent``: process 1 exits before the exchange; process 0 must lose it within the timeout.
 """
@@ -23,7 +24,9 @@ if __name__ == "__main__":
         first = exchange.allgather("a", {"process": me, "rows": list(range(me + 1))})
         other = exchange.allgather("b", f"text of {me}")
         second = exchange.allgather("a", me * 10)
-        print(json.dumps({"first": first, "other": other, "second": second}))
+        traffic = exchange.traffic
+        out = {"first": first, "other": other, "second": second}
+        print(json.dumps(out | {"traffic": [traffic.seconds, traffic.sent_bytes]}))
     elif what == "differ":
         try:
             exchange.same_everywhere("config", "abc" if me == 0 else "abd")

@@ -13,7 +13,8 @@ on one shared run directory each. The runs start from one cloned policy (``arlar
 - every other metric (the update's ``actor/…``, cloning's loss) agrees within 1e-4 relative +
   1e-6 absolute: the same program over the same 4-device mesh, its float32 reductions ordered by
   the collectives of one or several processes (the two-process update test measured ~1e-6);
-- timings, throughput, compile counts and memory are not compared.
+- timings, throughput, compile counts and memory are not compared, nor each process's share
+  (``process/<i>/…``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ SHRUNK = [
     "mesh.data=2",
     "mesh.fsdp=2",
 ]
-NOT_COMPARED = ("timing/", "perf/", "compile/", "memory/", "sft/timing")
+NOT_COMPARED = ("timing/", "perf/", "compile/", "memory/", "sft/timing", "process/")
 EXACT = ("episode/", "batch/", "critic/score/", "val/", "validation/", "test/")
 
 

@@ -35,7 +35,8 @@ SMALL = [
     *RL_SIZES,
     "trainer.use_rollout_log_probs=false",  # lp_old recomputed: the disagreement is measured
 ]
-DIFFERS = ("timing/", "perf/", "async/")  # wall-clock keys, and the producer's own
+# wall-clock keys (each process's share of a step: mostly seconds), and the producer's own
+DIFFERS = ("timing/", "perf/", "process/", "async/")
 ASYNC_KEYS = (
     "async/staleness_mean",
     "async/staleness_max",
@@ -108,6 +109,7 @@ def test_max_staleness_0_is_the_synchronous_loop(synchronous, tmp_path):
         assert {k: v for k, v in row.items() if not k.startswith(DIFFERS)} == {
             k: v for k, v in want.items() if not k.startswith(DIFFERS)
         }
+        assert row["process/0/env_steps"] == want["process/0/env_steps"] > 0
 
 
 def test_the_producer_at_k_0_reproduces_the_synchronous_run(synchronous, tmp_path, monkeypatch):
@@ -121,6 +123,7 @@ def test_the_producer_at_k_0_reproduces_the_synchronous_run(synchronous, tmp_pat
         assert row["async/staleness_max"] == 0.0 and row["async/mixed_rows"] == 0.0
         same = {k: v for k, v in row.items() if not k.startswith(DIFFERS)}
         assert same == {k: v for k, v in want.items() if not k.startswith(DIFFERS)}
+        assert row["process/0/env_steps"] == want["process/0/env_steps"] > 0  # the producer's
     for step in (2, 3):  # keep_checkpoints: 2
         assert host_state(tmp_path, step) == host_state(sync_dir, step)
     assert no_producer_thread()

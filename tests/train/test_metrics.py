@@ -15,10 +15,12 @@ from arlarena_jax.objectives.declare import Reduction
 from arlarena_jax.train.metrics import (
     ConsoleProgress,
     MetricsWriter,
+    TimedEnvBatch,
     Timer,
     read_scalars,
     reduce_micro_batch_metrics,
 )
+from envs.base import Observation, Step
 
 
 def write_run(log_dir) -> MetricsWriter:
@@ -155,3 +157,35 @@ def test_timer_splits_and_throughput():
     assert timer.throughput(100, "update") == pytest.approx(100 / out["timing/update"])
     timer.reset()
     assert timer.metrics() == {"timing/total": 0}
+
+
+class Ending:
+    """Environments whose episodes end at the turns given (env i at turn ``ends[i]``)."""
+
+    def __init__(self, ends: list[int]) -> None:
+        self.ends, self.turn = ends, 0
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.ends)
+
+    def reset(self, seeds):
+        self.turn = 0
+        return [Observation("start")] * len(seeds)
+
+    def step(self, actions):
+        self.turn += 1
+        dones = np.asarray([self.turn >= end for end in self.ends])
+        n = len(actions)
+        return Step([Observation("next")] * n, np.zeros(n, np.float32), dones, [{}] * n)
+
+
+def test_timed_envs_count_the_steps_of_running_episodes_and_time_them():
+    timer = Timer()
+    envs = TimedEnvBatch(Ending([1, 3, 2]), timer)
+    for _ in range(2):  # two batches of episodes: ended ones are stepped along, not counted
+        envs.reset([0, 1, 2])
+        for _ in range(4):
+            envs.step(["a", "b", "c"])
+    assert envs.steps == 2 * (1 + 3 + 2)
+    assert timer.seconds["rollout/env"] > 0 and envs.num_envs == 3

@@ -1,8 +1,9 @@
 """The processes of a run: which episodes each plays (``block``, a law checked with hypothesis),
 the one-line refusal of a batch that does not split into whole groups, and the host exchange
 between real ``jax.distributed`` processes on localhost (``tests/helpers/exchange_worker.py``):
-allgather in process order per tag, differing start-up fingerprints refused in one line, and a
-process that never answers lost within the stated timeout (3 s here), never a hang."""
+allgather in process order per tag (and what it took: ``Exchange.traffic``), differing start-up
+fingerprints refused in one line, and a process that never answers lost within the stated
+timeout (3 s here), never a hang; each process's numbers of an RL step (``process_stats``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.process_shares import block, check_group_shares
-from arlarena_jax.train.processes import Exchange
+from arlarena_jax.train.process_stats import NAMES, own_numbers, process_metrics
+from arlarena_jax.train.processes import Exchange, Traffic
 from tests.helpers.processes import ROOT, run
 
 WORKER = ROOT / "tests" / "helpers" / "exchange_worker.py"
@@ -52,6 +54,41 @@ def test_allgather_returns_every_process_object_in_process_order():
         assert out["first"] == [{"process": p, "rows": list(range(p + 1))} for p in range(3)]
         assert out["other"] == [f"text of {p}" for p in range(3)]
         assert out["second"] == [0, 10, 20]
+        seconds, sent = out["traffic"]  # three exchanges: some time, some compressed pickles
+        assert 0 < seconds < 60 and 3 * 10 < sent < 3 * 200
+
+
+def test_traffic_adds_up_and_one_process_has_none():
+    assert Traffic(1.5, 100) + Traffic(0.5, 20) == Traffic(2.0, 120)
+    assert Traffic(2.0, 120) - Traffic(0.5, 20) == Traffic(1.5, 100)
+    exchange = Exchange()
+    exchange.allgather("anything", {"a": 1})
+    assert exchange.traffic == Traffic()
+
+
+def test_each_process_numbers_of_a_step_are_logged_under_its_index():
+    traffic = Traffic(0.25, 3 * 2**20)
+    seconds = {"rollout": 4.0, "rollout/env": 1.5, "update": 2.0, "wait": 9.0}  # no sync
+    own = own_numbers(seconds, 24, traffic)
+    assert own == {
+        "env_steps": 24.0,
+        "env_s": 1.5,
+        "rollout_s": 4.0,
+        "update_s": 2.0,
+        "sync_s": 0.0,
+        "exchange_s": 0.25,
+        "exchange_mib": 3.0,
+    }
+    assert tuple(own) == NAMES
+    assert process_metrics(Exchange(), own) == {f"process/0/{k}": v for k, v in own.items()}
+
+    class TwoProcesses:  # the gather of two processes: process 1's numbers after process 0's
+        def allgather(self, tag, obj):
+            return [obj, {**obj, "env_steps": 12.0}]
+
+    gathered = process_metrics(TwoProcesses(), own)
+    assert gathered["process/0/env_steps"] == 24.0 and gathered["process/1/env_steps"] == 12.0
+    assert len(gathered) == 2 * len(NAMES)
 
 
 def test_processes_started_differently_are_refused_in_one_line():
