@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arlarena_jax.device_turn import in_turn
 from arlarena_jax.rollout.keys import draw_sample_seed, episode_seed_table
 from arlarena_jax.rollout.loop import Rollout, TurnRow, _finish, check_batch_size, row_place
 from arlarena_jax.rollout.policy import SamplerPolicy
@@ -111,7 +112,8 @@ class DeviceRollout:
         :func:`~arlarena_jax.rollout.keys.episode_seed_table`), and return the turn arrays
         (host)."""
         sampling = policy.train_sampling if training else policy.eval_sampling
-        out = self._play(
+        out = in_turn(  # the device turn: asynchronous RL's trainer dispatches meanwhile
+            self._play,
             policy.engine.params,
             jnp.asarray(np.asarray(seeds, np.int64).astype(np.uint32)),
             jnp.asarray(turn_seeds, jnp.int32),

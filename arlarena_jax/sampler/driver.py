@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arlarena_jax.device_turn import in_turn
 from arlarena_jax.sampler.engine import Engine, Prefix, pow2
 from arlarena_jax.sampler.sampling import GREEDY, SamplingParams
 
@@ -280,8 +281,12 @@ class _Run:
         while self.waiting or self.lone or self.running:
             self.refresh()
             self.fill_free_slots()
-            self.state, result = self.engine.generate(
-                self.params, self.state, sampling=self.sampling, window=self.window()
+            self.state, result = in_turn(
+                self.engine.generate,
+                self.params,
+                self.state,
+                sampling=self.sampling,
+                window=self.window(),
             )
             self.collect(result)
         if self.bar is not None:
@@ -340,12 +345,13 @@ class _Run:
         for row, i in enumerate(batch):
             tokens[row, : len(prompts[i])] = prompts[i]
             lengths[row] = len(prompts[i])
-        return self.engine.prefill_batch(self.params, tokens, lengths, sampling=GREEDY)
+        return in_turn(self.engine.prefill_batch, self.params, tokens, lengths, sampling=GREEDY)
 
     def insert(self, prefix: Prefix, picks: list[tuple[int, int, int]]) -> None:
         """(prefix row, request, member) per pick, each into the next free slot."""
         chosen = [self.free.popleft() for _ in picks]
-        self.state = self.engine.insert_batch(
+        self.state = in_turn(
+            self.engine.insert_batch,
             prefix,
             self.state,
             chosen,

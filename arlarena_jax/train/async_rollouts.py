@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import jax
 import numpy as np
 
 from arlarena_jax.train.config import Config
@@ -52,7 +53,8 @@ class AsyncRollouts:
 
     def publish(self, step: int) -> None:
         """Publish the updated parameters (an on-device copy) as version ``step``."""
-        self.producer.publish(self.learner.sampler_copy(), step)
+        # ready before the device turn is given back (arlarena_jax.device_turn)
+        self.producer.publish(jax.block_until_ready(self.learner.sampler_copy()), step)
 
     def paused(self):
         """A context in which the producer does not play (the engine is shared)."""

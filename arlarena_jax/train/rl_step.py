@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from arlarena_jax.device_turn import TURN
 from arlarena_jax.rollout.metrics import rollout_metrics
 from arlarena_jax.train.config import Config
 from arlarena_jax.train.metrics import Timer
@@ -96,9 +97,9 @@ def rl_step(
     timer.reset()
     before = None if exchange is None else exchange.traffic
     batch = rollouts.take(step, timer)
-    with timer("update"):
+    with timer("update"), TURN:  # the device turn: asynchronous RL's producer decodes meanwhile
         update = learner.update(batch.rollout, timer)
-    with timer("sync"):
+    with timer("sync"), TURN:
         rollouts.publish(step)
     metrics = step_metrics(step, update, batch, timer, episode_metrics)
     if exchange is not None:
