@@ -208,6 +208,21 @@ def _stderr(message: str) -> None:
     print(f"arlarena: {message}", file=sys.stderr, flush=True)
 
 
+def barriers_through_the_coordinator() -> None:
+    """Several processes: orbax's barriers wait in the coordination service (bounded), not in a
+    device collective. Its default barrier is a ``psum`` over every device, and an asynchronous
+    save finishes it from its own thread while the main thread runs the next step's programs:
+    two threads' collectives can reach two devices in opposite orders and wait for ever
+    (``arlarena_jax.device_turn``). orbax reads the choice from an absl flag."""
+    if jax.process_count() == 1:
+        return
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()  # the CLI parses its own arguments; absl's are defaults
+    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
+
+
 class Checkpointer:
     """Keep the ``keep`` newest checkpoints (plus the newest good one) of a run in ``directory``,
     saving every ``save_every`` steps (or when forced / on a JAX-detected pre-emption)."""
@@ -240,6 +255,7 @@ class Checkpointer:
             ) from None
         self.folders = StepFolders(self.directory, keep, report)
         self.folders.sweep()  # before orbax lists the steps
+        barriers_through_the_coordinator()
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=save_policy.AnySavePolicy(
                 [
