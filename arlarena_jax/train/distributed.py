@@ -10,7 +10,10 @@ One process per host (TPU pod worker, GPU node) runs the same command. The entry
 * Cloud TPU pods (``TPU_WORKER_HOSTNAMES`` with more than one host, or ``MEGASCALE_*``): JAX
   discovers the coordinator itself.
 
-Otherwise (one process) nothing happens.
+Otherwise nothing happens, and so it does when the explicit variables declare one process
+(``ARLARENA_NUM_PROCESSES=1``): one process has nothing to coordinate, and on CPU joining the
+runtime would also swap XLA's in-process collectives for Gloo's TCP ones, whose blocking calls
+were seen to deadlock XLA's CPU runtime under load (docs/training.md, "Several processes").
 
 Bounded waits (seconds, from the environment so that every launcher sets them alike):
 ``ARLARENA_INIT_TIMEOUT_S`` (default 120) for reaching the coordinator, after which the start is
@@ -34,10 +37,11 @@ from arlarena_jax.train import liveness
 
 
 def distributed_settings(env: Mapping[str, str]) -> dict | None:
-    """The ``jax.distributed.initialize`` keyword arguments for this environment, or None."""
+    """The ``jax.distributed.initialize`` keyword arguments for this environment, or None (one
+    process)."""
     if "ARLARENA_COORDINATOR" in env:
         try:
-            return {
+            settings = {
                 "coordinator_address": env["ARLARENA_COORDINATOR"],
                 "num_processes": int(env["ARLARENA_NUM_PROCESSES"]),
                 "process_id": int(env["ARLARENA_PROCESS_ID"]),
@@ -48,6 +52,7 @@ def distributed_settings(env: Mapping[str, str]) -> dict | None:
             raise ValueError(
                 "ARLARENA_NUM_PROCESSES and ARLARENA_PROCESS_ID must be integers"
             ) from None
+        return settings if settings["num_processes"] > 1 else None
     if int(env.get("SLURM_NTASKS", "1")) > 1:
         return slurm_local_devices(env)
     hosts = env.get("TPU_WORKER_HOSTNAMES", "")

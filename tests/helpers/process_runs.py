@@ -2,9 +2,10 @@
 runs are compared (tests/e2e/test_processes_*.py, issue 65).
 
 One config (the main job's Sokoban shrunk to 2 RL steps of 4 groups of 2, its on-device rollout,
-a (data=2, fsdp=2) mesh over 4 devices) runs as 1 process with 4 devices, 2 with 2 or 4 with 1,
-on one shared run directory each. The runs start from one cloned policy (``arlarena sft``, then
-``sft.init_from``), so each test clones at most once. Two runs of the same config "play the same"
+a (data=2, fsdp=2) mesh over 4 devices) runs as 1 process with 4 devices (no ``jax.distributed``:
+one process has nothing to coordinate), 2 with 2 or 4 with 1, on one shared run directory each.
+The runs start from one cloned policy (``arlarena sft``, then ``sft.init_from``), so each test
+clones at most once. Two runs of the same config "play the same"
 (:func:`assert_same_run`) when:
 
 - the held-out episodes (seed, won, return, length) are equal, record for record;

@@ -68,3 +68,15 @@ def test_bad_settings_fail_in_one_line(env, match):
 def test_a_slurm_task_alone_on_its_node_gets_all_its_gpus(env, ids):
     settings = distributed_settings({"SLURM_NTASKS": "2", **env})
     assert settings == ({} if ids is None else {"local_device_ids": ids})
+
+
+def test_one_declared_process_is_no_distributed_runtime():
+    """One process has nothing to coordinate: the explicit variables declaring one process start
+    no runtime (on CPU that keeps XLA's in-process collectives, not Gloo's)."""
+    env = {
+        "ARLARENA_COORDINATOR": "localhost:1234",
+        "ARLARENA_NUM_PROCESSES": "1",
+        "ARLARENA_PROCESS_ID": "0",
+    }
+    assert distributed_settings(env) is None
+    assert initialize_if_distributed(env) is False
