@@ -3,6 +3,8 @@ source (recycling, Sokoban's compiled-once copies, shutdown)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from envs.serving.panels import BLOCK_SIZE, Panels
@@ -62,3 +64,19 @@ def test_sokoban_sessions_share_the_compiled_programs_and_not_the_state():
     assert a.grids().tolist() != b.grids().tolist()
     moved = a.step([1])
     assert b.step([0]).observations[0].text != moved.observations[0].text
+
+
+def test_serve_without_the_openenv_extra_is_one_line(monkeypatch, capsys):
+    """Without openenv (simulated: its import fails) the command stops in one line naming the
+    extra, before binding a port or building an environment."""
+    from arlarena_jax import cli
+
+    served = ("envs.serving.environment", "envs.serving.models", "envs.serving.server")
+    for name in [m for m in sys.modules if m.split(".")[0] == "openenv" or m in served]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "openenv", None)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["serve", "sokoban", "--port", "0"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arlarena serve needs the openenv extra" in err[0]
