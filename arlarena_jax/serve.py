@@ -1,5 +1,5 @@
 """``arlarena serve ENV``: one registered environment as an OpenEnv server
-(:mod:`envs.serving`; docs/environments.md "OpenEnv", "Serving").
+(:mod:`envs.serving`; docs/environments.md §15.1).
 
 The environment's settings are the trainer's ``env`` section: its defaults, or ``--config``'s
 (a training YAML), with ``--set key=value`` overrides. Episode panels use the trainer's

@@ -1,4 +1,4 @@
-"""Our environments served through OpenEnv (``arlarena serve``, docs/environments.md "OpenEnv").
+"""Our environments served through OpenEnv (``arlarena serve``, docs/environments.md §15).
 
 * :mod:`envs.serving.panels`: what an episode index of a split plays (no OpenEnv needed).
 * :mod:`envs.serving.source`: where a session's one-environment batch comes from (recycled,

@@ -1,5 +1,5 @@
 """The typed models a served environment speaks: pydantic subclasses of OpenEnv's ``Action``,
-``Observation`` and ``State`` (docs/environments.md "OpenEnv", "Serving").
+``Observation`` and ``State`` (docs/environments.md §15.1).
 
 * Actions: Sokoban takes :class:`SokobanAction` (``move``: one of ``still``, ``up``, ``down``,
   ``left``, ``right``), every other environment :class:`TextAction` (``command``: the already
