@@ -9,6 +9,9 @@ Needs the ``openenv`` extra; TextWorld and ALFWorld also ``textworld`` (the alfw
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("openenv", reason="serving tests need openenv (the openenv extra)")
@@ -73,8 +76,8 @@ def textworld_sets(tmp_path_factory):
 
 
 def test_textworld_episodes_equal_in_process_stepping_and_sigterm_stops_cleanly(textworld_sets):
-    """Both test games through the pool (the walkthroughs win); then SIGTERM with a session
-    open stops the server and its pool workers."""
+    """Both test games through the pool (the walkthroughs win), then three sessions at once
+    (a pool worker each); then SIGTERM with a session open stops the server and its workers."""
     from envs.textworld.spec import split_games
 
     process = launch_text("textworld", textworld_sets)
@@ -87,15 +90,41 @@ def test_textworld_episodes_equal_in_process_stepping_and_sigterm_stops_cleanly(
         client = GenericEnvClient(base_url=server.url).sync()
         client.connect()
         play_text_episodes(client, batch, plans)
-        workers = children(server.process.pid)
-        assert workers, "each session's environment runs in a pool worker"
-        status, err = stop_server(server)  # the session is still open
+        walked = asyncio.run(concurrent_walks(server.url, plans[0], sessions=3))
+        assert walked == [walked[0]] * 3 and walked[0][-1] == (True, True)  # all won
+        workers = [pid for pid in children(server.process.pid) if is_pool_worker(pid)]
+        assert len(workers) >= 3, "each open session's environment runs in a pool worker"
+        children_before = children(server.process.pid)
+        status, err = stop_server(server)  # a session is still open
         assert status == 0 and "textworld server stopped (SIGTERM)" in err
-        assert not outliving(workers, within_s=10.0)  # the pool worker, its resource tracker
+        assert not outliving(children_before, within_s=10.0)  # workers, resource tracker
     finally:
         batch.close()
         if server.process.poll() is None:
             server.process.kill()
+
+
+async def concurrent_walks(url: str, plan, sessions: int) -> list[list[tuple[bool, bool]]]:
+    """``sessions`` sessions at once, each walking ``plan`` in episode 0: (won, done) a turn."""
+
+    async def walk() -> list[tuple[bool, bool]]:
+        async with GenericEnvClient(base_url=url) as client:
+            await client.reset(index=0)
+            turns = []
+            for command in plan:
+                step = await client.step({"command": command})
+                turns.append((step.observation["won"], step.done))
+            return turns
+
+    return list(await asyncio.gather(*(walk() for _ in range(sessions))))
+
+
+def is_pool_worker(pid: int) -> bool:
+    """Whether process ``pid`` is a multiprocessing worker (not its resource tracker)."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def test_webshop_episodes_equal_in_process_stepping():
