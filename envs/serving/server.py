@@ -85,7 +85,8 @@ def serve(served: Served, host: str, port: int, max_sessions: int, log_level: st
             file=sys.stderr,
             flush=True,
         )
-        server.run(sockets=[sock])  # uvicorn catches SIGTERM/SIGINT, re-raises them on exit
+        if not stops:  # a stop asked for while warming up: no server
+            server.run(sockets=[sock])  # uvicorn catches SIGTERM/SIGINT, re-raises them on exit
     finally:
         served.source.close()
         sock.close()
