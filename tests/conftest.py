@@ -53,7 +53,7 @@ REQUIRE_EXTRAS = "ARLARENA_REQUIRE_EXTRAS"
 
 def pytest_configure(config):
     required = {e.strip() for e in os.environ.get(REQUIRE_EXTRAS, "").split(",") if e.strip()}
-    unknown = required - {"alfworld", "webshop"}
+    unknown = required - {"alfworld", "webshop", "openenv"}
     if unknown:
         raise pytest.UsageError(f"${REQUIRE_EXTRAS} names unknown extras: {sorted(unknown)}")
     if "alfworld" in required:
@@ -70,6 +70,13 @@ def pytest_configure(config):
             spacy_nouns()
         except (ImportError, RuntimeError) as error:
             raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires webshop: {error}") from None
+    if "openenv" in required:  # `arlarena serve`'s server and the tests' client
+        try:
+            import openenv.core.generic_client  # noqa: F401
+
+            import envs.serving.server  # noqa: F401
+        except ImportError as error:
+            raise pytest.UsageError(f"${REQUIRE_EXTRAS} requires openenv: {error}") from None
 
 
 # ---- What pytest-xdist's workers share (the README's `-n auto`, `--dist loadfile`) ----

@@ -10,6 +10,7 @@ auto-reset: a finished environment stays as it is and further steps return rewar
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +112,16 @@ class SokobanBatch:
             plan = None if done else solve(grid)
             actions.append(plan[0] if plan else 0)
         return actions
+
+    def fresh(self) -> SokobanBatch:
+        """Another batch of the same size and settings sharing this one's compiled programs,
+        with a state of its own (no episode until its ``reset``): what a server hands each of
+        its sessions without compiling again (``envs.serving.source``)."""
+        other = copy.copy(self)
+        other._state = None
+        other._grids = np.zeros_like(self._grids)
+        other._dones = np.zeros_like(self._dones)
+        return other
 
     def close(self) -> None:
         self._state = None

@@ -8,7 +8,10 @@ it in this environment (``importlib.metadata.packages_distributions``):
   dependencies only, and the ``alfworld`` extra inside ``envs/alfworld/`` and
   ``envs/textworld/``, imported lazily (never at module level), so that ``pip install -e .``
   without the extra imports every module;
-* the tests, benchmarks and CI scripts may also use the ``dev`` and ``alfworld`` extras;
+* the ``openenv`` extra inside ``envs/serving/`` only (module level allowed there: only
+  ``arlarena serve`` imports that package, and its ``__init__.py`` imports none of the extra);
+* the tests, benchmarks and CI scripts may also use the ``dev``, ``alfworld`` and ``openenv``
+  extras;
 * ``requirements.txt`` lists exactly the requirements of ``pyproject.toml``, with the same
   version specifiers.
 
@@ -48,6 +51,10 @@ LAZY_EXTRA_HOME = {
     "alfworld": ("envs/alfworld/", "envs/textworld/"),
     "webshop": ("envs/webshop/",),
 }
+# Extras whose home package imports them at module level: the package is only imported by the
+# command that needs the extra (lazily, a one-line error without it), and its __init__.py imports
+# none of the extra (tests/envs/test_openenv_serving.py checks the CLI loads without it).
+PACKAGE_EXTRA_HOME = {"openenv": "envs/serving/"}  # `arlarena serve` (arlarena_jax/serve.py)
 # Optional backends a user installs by hand (not in any extra: they need more than pip), imported
 # lazily in one file only, whose one-line error says how to install them.
 MANUAL_OPTIONAL = {  # imported inside a function, skipped with a reason where absent
@@ -71,6 +78,11 @@ def declared(*groups: str) -> set[str]:
     for group in groups:
         requirements += project["optional-dependencies"][group]
     return {requirement_name(r) for r in requirements}
+
+
+def extra_only(group: str) -> set[str]:
+    """The packages only the extra ``group`` declares (not the runtime dependencies)."""
+    return declared(group) - declared()
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:
@@ -138,6 +150,12 @@ def undeclared(paths, allowed: set[str]) -> list[str]:
             if not where.startswith(LAZY_EXTRA_HOME[extra]) or module_level:
                 problems.append(f"{where}: imports {module!r} of the {extra!r} extra eagerly")
             continue
+        home_extra = next((e for e in PACKAGE_EXTRA_HOME if providers & extra_only(e)), None)
+        if home_extra is not None and allowed == declared():
+            home = PACKAGE_EXTRA_HOME[home_extra]
+            if not where.startswith(home) or where.endswith("__init__.py"):
+                problems.append(f"{where}: imports {module!r} of the {home_extra!r} extra")
+            continue
         if not providers & allowed:
             problems.append(f"{where}: imports {module!r} ({sorted(providers)}), not declared")
     return problems
@@ -150,7 +168,7 @@ def test_the_library_imports_only_runtime_dependencies():
 @pytest.mark.parametrize("folder", ["tests", "bench", ".ci"])
 def test_tests_benchmarks_and_ci_import_only_declared_packages(folder):
     assert files(folder)
-    assert undeclared(files(folder), declared("dev", "alfworld")) == []
+    assert undeclared(files(folder), declared("dev", "alfworld", "openenv")) == []
 
 
 def test_requirements_txt_lists_exactly_the_pyproject_requirements():
