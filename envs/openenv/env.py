@@ -87,11 +87,11 @@ class OpenEnvTextEnv:
             result = self._session.step(payload)
             obs, reward = self._observation(result.observation), render.reward_of(result.reward)
         except Lost as exc:
-            return self._end(0.0, {"won": False, "failure": f"openenv session lost: {exc}"})
+            failure = {"won": False, "failure": f"openenv session lost: {exc}"}
+            return self._end(0.0, failure, wait=False)
         except Late as exc:
-            return self._end(
-                0.0, self._invalid(f"late reply ({self.settings.message_timeout_s} s): {exc}")
-            )
+            why = f"late reply (over {self.settings.message_timeout_s} s): {exc}"
+            return self._end(0.0, self._invalid(why), wait=False)
         except (Rejected, render.Malformed) as exc:
             done = self._steps >= self.max_steps
             return (self._end if done else self._go_on)(0.0, self._invalid(str(exc)))
@@ -115,10 +115,14 @@ class OpenEnvTextEnv:
     def _go_on(self, reward: float, info: dict[str, Any]) -> Outcome:
         return self._obs, reward, False, info
 
-    def _end(self, reward: float, info: dict[str, Any]) -> Outcome:
+    def _end(self, reward: float, info: dict[str, Any], *, wait: bool = True) -> Outcome:
         self._done = True
         self._after = {"won": False, **({"failure": info["failure"]} if "failure" in info else {})}
-        self.close()
+        if wait:
+            self.close()
+        elif self._session is not None:  # late: do not wait on the server's close handshake
+            session, self._session = self._session, None
+            session.abandon()
         return self._obs, reward, True, info
 
     def close(self) -> None:

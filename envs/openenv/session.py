@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from typing import Any
 
 
@@ -70,6 +71,11 @@ class Session:
     def step(self, action: dict[str, Any]) -> Any:
         """``step(action)`` on the server: its StepResult."""
         return self._call("step", action)
+
+    def abandon(self) -> None:
+        """Close in a background thread: a server that does not answer would hold the close
+        handshake (the websocket's 10 s) on the episode's step."""
+        threading.Thread(target=self.close, daemon=True, name="openenv-close").start()
 
     def close(self) -> None:
         """Close the socket (best effort, idempotent): the server ends the session."""

@@ -14,9 +14,10 @@ class OpenEnvConfig:
     """Where the OpenEnv server is, how a text action becomes its action and how its
     observation becomes text.
 
-    Exactly one of ``url`` (a running server, ``http://host:port``) and ``app`` (``module:attr``
+    One of ``url`` (a running server, ``http://host:port``) and ``app`` (``module:attr``
     of an ASGI app, e.g. ``echo_game.server.app:app``, that the run starts on localhost with
-    uvicorn in a subprocess, from ``app_dir``) is set."""
+    uvicorn in a subprocess, from ``app_dir``) is set; neither is refused at start-up (the
+    section exists, empty, in every config)."""
 
     url: str = ""  # a running OpenEnv server, http(s)://host:port
     app: str = ""  # or: module:attr of an ASGI app started locally (uvicorn subprocess)
@@ -34,8 +35,8 @@ class OpenEnvConfig:
     win_reward: float = 1.0  # the winning step's reward under env.reward: single
 
     def __post_init__(self) -> None:
-        if bool(self.url) == bool(self.app):
-            raise InvalidField("openenv", "url", "set exactly one of env.openenv.url and .app")
+        if self.url and self.app:
+            raise InvalidField("openenv", "url", "set env.openenv.url or env.openenv.app, not both")
         if self.url and not self.url.startswith(("http://", "https://")):
             raise InvalidField(
                 "openenv", "url", f"must start with http:// or https://, got {self.url!r}"

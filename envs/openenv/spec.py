@@ -52,6 +52,11 @@ def check_data(env: Any, training: bool) -> None:
 
     _require_openenv()
     s = env.openenv
+    if not (s.url or s.app):
+        raise ConfigError(
+            "config key 'env.openenv.url': env.name openenv needs env.openenv.url (a running "
+            "server) or env.openenv.app (module:attr of an app to start locally)"
+        )
     if env.num_workers > 0 and s.message_timeout_s >= env.step_timeout_s:
         raise ConfigError(
             f"config key 'env.openenv.message_timeout_s': {s.message_timeout_s} must be below "
