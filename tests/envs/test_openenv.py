@@ -104,7 +104,10 @@ def test_a_rejected_or_malformed_reply_is_an_invalid_step(echo_url):
     as_json.close()
 
 
-def test_a_late_reply_is_an_invalid_step_that_ends_the_episode(own_server):
+def test_a_late_reply_is_invalid_and_a_dying_server_fails_only_its_episode(own_server, echo_url):
+    """A paused server: the step waits message_timeout_s (1 s), then is an invalid step ending the
+    episode. A killed server: that episode fails (masked as the pool's failures are), another
+    episode on a live server goes on. One server of the test's own for both (one start, ~6 s)."""
     process, url = own_server
     env = OpenEnvTextEnv(settings(url, message_timeout_s=1.0), url, 5)
     env.reset(0)
@@ -116,22 +119,16 @@ def test_a_late_reply_is_an_invalid_step_that_ends_the_episode(own_server):
     assert "late reply" in info["openenv_error"] and not is_failure(info)
     os.kill(process.pid, signal.SIGCONT)
     assert env.reset(1).text == "Echo Game environment ready!"  # a new session
-    env.close()
-
-
-def test_a_server_dying_mid_episode_fails_that_episode_and_the_batch_goes_on(own_server, echo_url):
-    process, url = own_server
-    dying = OpenEnvTextEnv(settings(url), url, 5)
     living = OpenEnvTextEnv(settings(echo_url), echo_url, 5)
-    dying.reset(0), living.reset(0)
+    living.reset(0)
     process.kill()
     process.wait()
-    _, reward, done, info = dying.step("hello")
+    _, reward, done, info = env.step("hello")
     assert (reward, done) == (0.0, True) and is_failure(info)
-    assert is_failure(dying.step("again")[3])  # until the next reset
+    assert is_failure(env.step("again")[3])  # until the next reset
     assert living.step("hello")[1] == pytest.approx(0.5)
     with pytest.raises(RuntimeError, match="openenv reset"):  # the pool's reset failure
-        dying.reset(1)
+        env.reset(2)
     living.close()
 
 
@@ -149,3 +146,51 @@ def test_32_concurrent_sessions_in_the_pool_all_complete(echo_url):
         assert step.dones.all() and batch.failures == 0
     finally:
         batch.close()
+
+
+def echo_tokenizer(folder):
+    """A 512-id byte-level BPE learned from the format's prompts and tag-formatted replies (no
+    ``tiny-openenv``: an external environment has no expert), saved as a folder."""
+    from arlarena_jax.tokenization.vocab import train_tiny
+    from envs.base import Observation
+    from envs.openenv.prompts import openenv_prompt
+
+    words = ["hello", "echo", "a longer message", "ready!"]
+    texts = [
+        openenv_prompt(Observation(w, (), "echo a message"), "echo a message", None)
+        + f"<think>say {w}</think><action>{w}</action>"
+        for w in words
+    ]
+    train_tiny(texts * 8, vocab_size=512).save_pretrained(str(folder))
+    return folder
+
+
+def test_arlarena_train_runs_2_rl_steps_on_the_third_party_server(echo_dir, tmp_path):
+    """The run starts the echo app itself (env.openenv.app), on localhost."""
+    from arlarena_jax.cli import main
+
+    tokenizer = echo_tokenizer(tmp_path / "tokenizer")
+    status = main(
+        [
+            "train",
+            CONFIG,
+            f"env.openenv.app_dir={echo_dir}",
+            f"model.tokenizer={tokenizer}",
+            f"trainer.run_dir={tmp_path / 'run'}",
+            "trainer.total_steps=2",
+            "env.train_batch_size=2",
+            "env.group_size=2",
+            "env.max_turns=2",
+            "env.num_workers=0",  # the pool: the 32-session test (its spawn costs ~6 s a batch)
+            "trainer.eval_episodes=2",
+            "env.eval_batch_size=2",
+            "trainer.mini_batch_size=8",
+            "trainer.micro_batch_size=4",
+            "sampler.max_concurrent_decodes=4",
+            "sampler.max_new_tokens=8",
+            "sampler.max_prefill_length=512",
+            "trainer.save_every=2",
+        ]
+    )
+    assert status == 0
+    assert (tmp_path / "run" / "checkpoints" / "2").exists()
