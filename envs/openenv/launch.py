@@ -39,6 +39,8 @@ def healthy(url: str, timeout: float) -> bool:
 def start(app: str, folder: str, timeout: float) -> tuple[subprocess.Popen, str]:
     """Start ``uvicorn app`` on a free port from ``folder``; (process, url) once healthy, else a
     one-line ConfigError (the process stopped)."""
+    if folder and not os.path.isdir(folder):
+        raise ConfigError(f"config key 'env.openenv.app_dir': no folder {folder!r}")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]

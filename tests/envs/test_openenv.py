@@ -64,6 +64,9 @@ def test_an_unreachable_server_is_one_line_at_start_and_nothing_starts(tmp_path)
     assert "\n" not in str(error.value) and url in str(error.value)
     with pytest.raises(ConfigError, match=r"needs env\.openenv\.url"):  # neither url nor app
         check_data(env_config("''"), True)
+    missing = load_config(CONFIG, [f"env.openenv.app_dir={tmp_path / 'none'}"]).env
+    with pytest.raises(ConfigError, match=r"'env\.openenv\.app_dir': no folder"):
+        check_data(missing, True)
 
 
 def test_each_episode_is_one_session_with_the_servers_rewards(echo_url):
