@@ -8,8 +8,6 @@ sessions", the template's own comment)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 APP = "echo_game.server.app:app"
@@ -17,14 +15,12 @@ SESSIONS = 64  # concurrent sessions the server admits
 
 
 def write_echo_env(folder: Path) -> Path:
-    """``openenv init echo_game`` into ``folder`` (~6 s: the CLI's imports); returns ``folder``,
-    the app's import root."""
-    subprocess.run(
-        [sys.executable, "-m", "openenv.cli", "init", "echo_game", "--output-dir", str(folder)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    """``openenv init echo_game`` into ``folder`` (the command's own function, in this process:
+    the CLI in a subprocess would import openenv again, ~6 s); returns ``folder``, the app's
+    import root."""
+    from openenv.cli.commands.init import init
+
+    init("echo_game", output_dir=str(folder))
     app = folder / "echo_game" / "server" / "app.py"
     text = app.read_text()
     if "max_concurrent_envs=1," not in text:
