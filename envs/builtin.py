@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from envs.alfworld.spec import ALFWORLD
 from envs.math.spec import MATH
+from envs.openenv.spec import OPENENV
 from envs.registry import register
 from envs.sokoban.spec import SOKOBAN
 from envs.textworld.spec import TEXTWORLD
@@ -15,3 +16,4 @@ register(ALFWORLD)
 register(WEBSHOP)
 register(MATH)
 register(TEXTWORLD)
+register(OPENENV)

@@ -54,7 +54,8 @@ LAZY_EXTRA_HOME = {
 # Extras whose home package imports them at module level: the package is only imported by the
 # command that needs the extra (lazily, a one-line error without it), and its __init__.py imports
 # none of the extra (tests/envs/test_openenv_serving.py checks the CLI loads without it).
-PACKAGE_EXTRA_HOME = {"openenv": "envs/serving/"}  # `arlarena serve` (arlarena_jax/serve.py)
+# `arlarena serve` (envs/serving/) and env.name openenv (envs/openenv/)
+PACKAGE_EXTRA_HOME = {"openenv": ("envs/serving/", "envs/openenv/")}
 # Optional backends a user installs by hand (not in any extra: they need more than pip), imported
 # lazily in one file only, whose one-line error says how to install them.
 MANUAL_OPTIONAL = {  # imported inside a function, skipped with a reason where absent

@@ -161,7 +161,7 @@ def test_load_config_applies_overrides_before_validation(tmp_path):
         (
             "env.name=chess",
             "'env.name': unknown environment 'chess' "
-            "(registered: alfworld, math, sokoban, textworld, webshop)",
+            "(registered: alfworld, math, openenv, sokoban, textworld, webshop)",
         ),
         ("optim.schedule=linear", "'optim.schedule': expected one of 'constant', 'cosine'"),
         ("sampler.stop_strings=[1]", "'sampler.stop_strings[0]': expected str, got 1 (int)"),
