@@ -1,8 +1,9 @@
 """TRL's GRPO trainer on our Sokoban, served through OpenEnv (docs/environments.md §15.1).
 
 The environment runs in its own process, ``arlarena serve sokoban`` (this project's install with
-the ``openenv`` extra); this script runs in another virtual environment with ``trl``, ``torch``
-and ``openenv`` (not this project's dependencies) and talks to it only through OpenEnv's client:
+the ``openenv`` extra); this script needs ``trl``, ``datasets``, ``torch`` and ``openenv``
+(not the library's dependencies: the optional ``trl`` extra with the ``openenv`` one,
+``pip install -e ".[openenv,trl]"``) and talks to it only through OpenEnv's client:
 
     arlarena serve sokoban --split train --port 8000 &
     python examples/trl_openenv_grpo.py --url http://127.0.0.1:8000 \
