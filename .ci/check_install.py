@@ -1,11 +1,14 @@
 """Checks of an environment that has only ``pip install -e .`` (no extras), run by ``.ci/run``.
 
 * every module of ``arlarena_jax`` and ``envs`` imports (an optional engine is imported lazily,
-  so the package imports without its extra);
+  so the package imports without its extra), except the modules of an extra's own home
+  (``envs/serving/``: its classes are OpenEnv's, so it imports ``openenv`` at module level),
+  which without their extra must fail for the want of that extra's packages alone;
 * the installed ``arlarena`` script answers ``--help``, and so does every subcommand (through the
   script's own ``main``, in this process);
 * without the ``alfworld`` extra, ``arlarena alfworld build|generate`` and ``arlarena textworld
-  build`` stop with one line that names the extra, before doing any work.
+  build`` stop with one line that names the extra, before doing any work; without the
+  ``openenv`` extra, so does ``arlarena serve``.
 
 Exits 1 with one line per failure.
 """
@@ -24,6 +27,18 @@ import sys
 import tempfile
 
 PACKAGES = ("arlarena_base", "arlarena_jax", "envs")
+# The modules an extra's packages are imported in at module level: (module prefix, the extra, the
+# top-level packages its absence may leave missing there)
+EXTRA_HOMES = (("envs.serving.", "openenv", frozenset({"openenv", "uvicorn", "pydantic"})),)
+
+
+def wants_missing_extra(name: str, exc: Exception) -> bool:
+    """``exc``, from importing module ``name``, is only the absence of its home extra."""
+    for prefix, _, packages in EXTRA_HOMES:
+        if name.startswith(prefix) and isinstance(exc, ModuleNotFoundError):
+            missing = (exc.name or "").split(".")[0]
+            return missing in packages and importlib.util.find_spec(missing) is None
+    return False
 
 
 def module_names() -> list[str]:
@@ -41,7 +56,8 @@ def import_failures() -> list[str]:
         try:
             importlib.import_module(name)
         except Exception as exc:  # report every module, not only the first
-            failures.append(f"import {name}: {type(exc).__name__}: {exc}")
+            if not wants_missing_extra(name, exc):
+                failures.append(f"import {name}: {type(exc).__name__}: {exc}")
     return failures
 
 
@@ -77,23 +93,33 @@ def help_failures(script: str) -> list[str]:
     return failures
 
 
+def one_line_naming(script: str, argv: list[str], extra: str) -> str | None:
+    """None when ``arlarena ARGV`` exits 2 with one stderr line naming ``.[extra]``; else why."""
+    done = subprocess.run([script, *argv], capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    if done.returncode == 2 and len(lines) == 1 and f".[{extra}]" in lines[0]:
+        return None
+    return (
+        f"arlarena {' '.join(argv)} without the extra: exit {done.returncode}, "
+        f"{len(lines)} stderr lines (want 2 and one line naming .[{extra}])"
+    )
+
+
 def extra_failures(script: str) -> list[str]:
-    if importlib.util.find_spec("alfworld") is not None:
-        return []  # the extra is installed: nothing to refuse
     failures = []
+    if importlib.util.find_spec("openenv") is None:
+        why = one_line_naming(script, ["serve", "sokoban", "--port", "0"], "openenv")
+        failures += [why] if why else []
+    if importlib.util.find_spec("alfworld") is not None:
+        return failures  # the extra is installed: nothing to refuse
     with tempfile.TemporaryDirectory() as out:
         for group, command in (
             ("alfworld", "build"),
             ("alfworld", "generate"),
             ("textworld", "build"),
         ):
-            done = subprocess.run([script, group, command, out], capture_output=True, text=True)
-            lines = done.stderr.strip().splitlines()
-            if done.returncode != 2 or len(lines) != 1 or ".[alfworld]" not in lines[0]:
-                failures.append(
-                    f"arlarena {group} {command} without the extra: exit {done.returncode}, "
-                    f"{len(lines)} stderr lines (want 2 and one line naming .[alfworld])"
-                )
+            why = one_line_naming(script, [group, command, out], "alfworld")
+            failures += [why] if why else []
     return failures
 
 
