@@ -66,6 +66,20 @@ def play_text_episodes(client, batch, plans: dict) -> None:
         assert served.observation["won"] and served.done
 
 
+def serve_and_play(process, batch, plans: dict) -> None:
+    """Once ``process``'s server listens: ``plans`` played through OpenEnv's client and on
+    ``batch`` in-process (:func:`play_text_episodes`); then the batch closed, the server stopped."""
+    server = None
+    try:
+        server = listening(process)
+        with GenericEnvClient(base_url=server.url).sync() as client:
+            play_text_episodes(client, batch, plans)
+    finally:
+        batch.close()
+        if server is not None:
+            stop_server(server)
+
+
 @pytest.fixture(scope="module")
 def textworld_sets(tmp_path_factory):
     pytest.importorskip("textworld", reason="TextWorld needs textworld (the alfworld extra)")
@@ -140,14 +154,7 @@ def test_webshop_episodes_equal_in_process_stepping():
     first = EVAL_SEED_BLOCKS["test"]
     plans = {i: plan_purchase(shopper, first + i) for i in range(3)}
     assert all(plans.values())
-    batch = local_batch("webshop", "test", *WEBSHOP_SETS)
-    server = listening(process)
-    try:
-        with GenericEnvClient(base_url=server.url).sync() as client:
-            play_text_episodes(client, batch, plans)
-    finally:
-        batch.close()
-        stop_server(server)
+    serve_and_play(process, local_batch("webshop", "test", *WEBSHOP_SETS), plans)
 
 
 def test_alfworld_episodes_equal_in_process_stepping(alfworld_data_root):
@@ -161,11 +168,4 @@ def test_alfworld_episodes_equal_in_process_stepping(alfworld_data_root):
     player = AlfworldFactory(games(env_section("alfworld", *sets), "test"))()
     first = EVAL_SEED_BLOCKS["test"]  # the test panel's episode 0
     plans = {0: walkthrough(player.game_for(first))}
-    batch = local_batch("alfworld", "test", *sets)
-    server = listening(process)
-    try:
-        with GenericEnvClient(base_url=server.url).sync() as client:
-            play_text_episodes(client, batch, plans)
-    finally:
-        batch.close()
-        stop_server(server)
+    serve_and_play(process, local_batch("alfworld", "test", *sets), plans)
