@@ -16,10 +16,17 @@ Not covered: the loss of process 0 itself. It hosts the coordination service, an
 processes' JAX clients abort at once when its socket closes (a C++ message naming the service,
 within a second), before any Python code can run. That ending is also bounded and leaves the
 saved run intact.
+
+The daemon thread is stopped at interpreter exit (``atexit``), whatever the exit: Python ends a
+daemon thread that returns from a C++ call during finalisation by unwinding it, and the
+coordination client's C++ frames catch that unwinding ("FATAL: exception not rethrown", an
+abort). A worker that left the thread running crashed so on exit once. Stopping it does not mark
+the process finished: after a failure the others must still see its pulse stop.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -97,13 +104,20 @@ class Liveness:
         self.silent()  # the watch starts now, for processes not yet seen
         self._thread = threading.Thread(target=self._run, name="arlarena-liveness", daemon=True)
         self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Stop beating and watching, without saying finished (see module doc); waits at most a
+        beat plus 5 s for a call into the store to return."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.period_s + 5.0)
 
     def finish(self) -> None:
         """This process has finished its work (or stopped at a safe point): the others no longer
         expect its pulse, and it no longer watches theirs."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self.stop()
+        atexit.unregister(self.stop)
         self.client.key_value_set(f"{_DONE}/{self.index}", "1", allow_overwrite=True)
 
     def _run(self) -> None:

@@ -122,3 +122,20 @@ def test_the_thread_beats_and_watches_until_finished():
     assert beats >= 3
     watch.finish()
     assert watch._thread is not None and not watch._thread.is_alive()
+
+
+def test_the_thread_is_stopped_at_exit_without_saying_finished(monkeypatch):
+    """``start`` registers ``stop`` to run at interpreter exit (the daemon thread must not be in
+    the store's C++ when Python finalises); stopping says nothing to the others, so after a
+    failure they still see this process's pulse stop."""
+    import atexit
+
+    registered = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    store = Store()
+    watch = Liveness(store, 0, 2, timeout_s=1.0, on_lost=lambda _: None)
+    watch.start()
+    assert registered == [watch.stop]
+    watch.stop()
+    assert watch._thread is not None and not watch._thread.is_alive()
+    assert "arlarena/finished/0" not in store.values
