@@ -159,11 +159,22 @@ def _load(base: Path, overrides: dict[str, Any], values: dict[str, Any]) -> tupl
         raise ConfigError(f"sweep run ({base.name}, {shown}): {err}") from None
 
 
+def with_chosen_recipes(spec: SweepSpec, made: list | None = None) -> SweepSpec:
+    """``spec`` with its zip axis filled from its ``recipe_from`` choice (the choices ``made``,
+    else made now; :mod:`arlarena_jax.arena.choice`); unchanged without one."""
+    from arlarena_jax.arena.choice import zip_axis
+
+    if spec.recipe_from is None or spec.zip:
+        return spec
+    return dataclasses.replace(spec, zip=zip_axis(spec.recipe_from, made))
+
+
 def plan(spec: SweepSpec) -> list[PlannedRun]:
     """Every run of ``spec``, its config loaded and checked (a bad one is one line naming the
     run), its run directory, its shared start and its evaluations."""
     from arlarena_jax.objectives.presets import preset_key
 
+    spec = with_chosen_recipes(spec)
     runs = []
     for base, values in combinations(spec):
         overrides = _overrides(spec, values)

@@ -28,6 +28,8 @@
                                       # split (the evaluation "test"; none: a search that only
                                       # chooses, tested by a later sweep); select_on: test refused
     starts: runs/starts               # where shared cloned starts live (reused across sweeps)
+    recipe_from: {sweep: search.yaml, per: sft.num_episodes}  # instead of zip: the recipe a
+                                      # search chose on validation per value (arena.choice)
     slurm: {partition: gpu, gpus_per_node: 1, cpus_per_task: 8}   # the cluster executor's job
 
 :func:`load_sweep` reads and checks it; every problem is one :class:`ConfigError` line naming the
@@ -41,6 +43,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.choice import RecipeFrom, parse_recipe_from
 from arlarena_jax.arena.evaluate import NOT_EVALUATION_KEYS, name_problem
 from arlarena_jax.errors import ConfigError
 
@@ -59,6 +62,7 @@ KNOWN_KEYS = (
     "starts",
     "slurm",
     "protocol",
+    "recipe_from",
 )
 METHOD_KEY, SEED_KEY, STEPS_KEY = "algorithm.method", "trainer.seed", "trainer.total_steps"
 SPLIT_KEY, TEST_EVALUATION = "trainer.eval_split", "test"
@@ -93,6 +97,7 @@ class SweepSpec:
     method_overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     evaluate_on: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     protocol: Protocol | None = None
+    recipe_from: RecipeFrom | None = None  # the zip axis, chosen from a search (arena.choice)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +295,21 @@ def _split_settings(settings: dict[str, Any]) -> list[str]:
     return where
 
 
+def _recipe_from(data: dict, settings: dict[str, Any], path: Path) -> RecipeFrom | None:
+    """``recipe_from``: the zip axis chosen from a search sweep (:mod:`arlarena_jax.arena.
+    choice`), so the sweep has no ``zip`` of its own, and its grid sets no chosen key."""
+    if "recipe_from" not in data:
+        return None
+    recipe_from = parse_recipe_from(data["recipe_from"], path)
+    if settings["zip"]:
+        raise _fail(path, "zip", "and recipe_from both set the zip axis")
+    keys = (recipe_from.per, *recipe_from.prefer_lower)
+    for key in keys:
+        if key in settings["grid"] or key in settings["overrides"]:
+            raise _fail(path, f"recipe_from.{key}", "is set by the chosen recipe, not here")
+    return recipe_from
+
+
 def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
     """The checked :class:`SweepSpec` of the YAML file ``path``; ``out`` overrides its ``out``."""
     from arlarena_jax.train.config_io import read_mapping
@@ -315,6 +335,7 @@ def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
     }
     protocol = _protocol(data, path)
     overrides, evaluate_on = _apply_protocol(protocol, path, settings)
+    recipe_from = _recipe_from(data, settings, path)
     return SweepSpec(
         name=name,
         path=path,
@@ -329,4 +350,5 @@ def load_sweep(path: str | Path, *, out: str | Path | None = None) -> SweepSpec:
         method_overrides=settings["method_overrides"],
         evaluate_on=evaluate_on,
         protocol=protocol,
+        recipe_from=recipe_from,
     )

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from arlarena_jax.arena import plan as planning
+from arlarena_jax.arena.choice import choices, describe
 from arlarena_jax.arena.jobs import EXIT_STOPPED, Job, lost_product, read_state, write_state
 from arlarena_jax.arena.progress import Progress
 from arlarena_jax.arena.spec import SweepSpec, load_sweep
@@ -142,6 +143,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     from arlarena_jax.arena.local import default_workers
 
     spec = load_sweep(args.sweep, out=args.out)
+    if spec.recipe_from is not None:
+        made = choices(spec.recipe_from)
+        print(describe(spec.recipe_from, made))
+        spec = planning.with_chosen_recipes(spec, made)
     runs = planning.plan(spec)
     jobs = jobs_of(runs)
     evaluations = len(planning.evaluations(runs))

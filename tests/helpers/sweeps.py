@@ -10,6 +10,18 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "configs" / "sokoban" / "base_tiny.yaml"
 
 
+def planned_without_results(spec):
+    """``spec``, its ``recipe_from`` zip axis (chosen from a search's results) replaced by every
+    recipe the search tries: a shipped sweep planned before its search has run."""
+    import dataclasses
+
+    from arlarena_jax.arena.choice import every_recipe
+
+    if spec.recipe_from is None:
+        return spec
+    return dataclasses.replace(spec, zip=every_recipe(spec.recipe_from))
+
+
 def sweep_file(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
     path = tmp_path / name
     path.write_text(
