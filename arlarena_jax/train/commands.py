@@ -155,7 +155,9 @@ def _train_and_report(run: Resolved) -> int:
     if summary.already_complete:
         print(complete_line(summary), flush=True)
         return 0
-    print(summary_table(summary, cloned=run.config.sft.enabled))
+    print(
+        summary_table(summary, cloned=run.config.sft.enabled, split=run.config.trainer.eval_split)
+    )
     return 0
 
 

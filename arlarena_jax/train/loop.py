@@ -85,9 +85,10 @@ def complete_line(summary: Summary) -> str:
     return f"arlarena: run {summary.run_dir} is complete (step {summary.steps}); nothing to do"
 
 
-def summary_table(summary: Summary, cloned: bool = True) -> str:
+def summary_table(summary: Summary, cloned: bool = True, split: str = "test") -> str:
     """The end-of-run table (markdown). ``cloned``: the run cloned before RL (``sft.enabled``);
-    else its step-0 evaluation is labelled "before RL", since no cloning preceded it."""
+    else its step-0 evaluation is labelled "before RL", since no cloning preceded it. ``split``:
+    the split its evaluations played (``trainer.eval_split``), named in every success row."""
 
     def pct(x: Any) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
@@ -98,10 +99,13 @@ def summary_table(summary: Summary, cloned: bool = True) -> str:
 
     rows = [
         (
-            f"held-out success {'after cloning' if cloned else 'before RL'}",
+            f"held-out success {'after cloning' if cloned else 'before RL'} ({split})",
             pct(summary.success_after_cloning),
         ),
-        ("held-out success after RL", pct(summary.success_after_rl) + se("val/success_rate_se")),
+        (
+            f"held-out success after RL ({split})",
+            pct(summary.success_after_rl) + se("val/success_rate_se"),
+        ),
         ("RL steps", str(summary.steps)),
         ("stability events", str(summary.stability_events)),
         ("skipped (non-finite) updates", str(summary.skipped_updates)),
@@ -120,7 +124,7 @@ def summary_table(summary: Summary, cloned: bool = True) -> str:
         if "task_score" in key and not key.endswith("_se")
     ]
     rows[2:2] = [
-        ("held-out mean task score (x100)", f"{100 * value:.1f}" + se(f"{key}_se"))
+        (f"held-out mean task score (x100, {split})", f"{100 * value:.1f}" + se(f"{key}_se"))
         for key, value in scores
     ]
     change = run_change(Path(summary.run_dir)) if summary.steps else None

@@ -225,7 +225,8 @@ class Run:
             self.host.start_eval = self.evaluate(0)
             self.host.sft_success = self.host.start_eval["val/success_rate"]
         if self.host.sft_success is not None and self.console:
-            print(f"held-out success before RL: {100 * self.host.sft_success:.1f}%", flush=True)
+            split, success = c.trainer.eval_split, 100 * self.host.sft_success
+            print(f"held-out success before RL ({split}): {success:.1f}%", flush=True)
         if c.sft.enabled or (c.trainer.total_steps > 0 and c.monitor.rollback):
             self.checkpoints.save_start(self.host)
 

@@ -51,7 +51,7 @@ def test_webshop_run_clones_trains_and_evaluates(tmp_path):
         assert math.isfinite(row[key]), key
     score = summary.final_eval[f"val/{SCORE_KEY}"]
     assert 0.0 <= score <= 1.0
-    assert "held-out mean task score (x100)" in summary_table(summary)
+    assert "held-out mean task score (x100, test)" in summary_table(summary)
     scalars = read_scalars(tmp_path / "tensorboard")
     # TensorBoard tags replace the characters it rejects by "_" (arlarena_jax/train/metrics.py)
     assert "sft/loss" in scalars and "test/webshop_task_score__not_success_rate_" in scalars

@@ -52,6 +52,10 @@ def test_short_run_leaves_logs_checkpoints_and_an_export(uninterrupted):
     assert "held-out success after RL" in summary_table(summary)
     assert "held-out success after cloning" in summary_table(summary)
     assert "held-out success before RL" in summary_table(summary, cloned=False)
+    table = summary_table(summary, split="validation")  # every success row names its split
+    assert "| held-out success after cloning (validation) |" in table
+    assert "| held-out success after RL (validation) " in table  # the table pads its cells
+    assert "| held-out success after RL (test) " in summary_table(summary)
     for row in summary.history:
         for key in ("actor/pg_loss", "actor/grad_norm", "episode/success_rate", "timing/rollout"):
             assert math.isfinite(row[key]), key
