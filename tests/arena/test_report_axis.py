@@ -4,10 +4,17 @@ a budget sweep worked by hand, in the report, its summary.json and its figure.""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pytest
+
 from arlarena_jax.arena.evaluate import EPISODES_FILE, EVALUATIONS_DIR
-from arlarena_jax.arena.report.axis import AxisChoice, choose_axis, depends_on
+from arlarena_jax.arena.report.axis import AxisChoice, choose_axis, depends_on, find_axis
+from arlarena_jax.arena.report.axis_numbers import axis_numbers, cell, change_verdict, gap_change
+from arlarena_jax.arena.report.groups import group_runs
+from arlarena_jax.arena.report.power import Power
+from arlarena_jax.arena.report.runs import load_runs
 from arlarena_jax.arena.spec import TEST_EVALUATION
 from arlarena_jax.train.held_out import write_records
 from tests.helpers.reports import make_run, val
@@ -99,3 +106,77 @@ def test_no_axis_without_a_numeric_key_that_some_line_spans():
     assert choose_axis(spread) is None
     # one line is a line: no line keys
     assert choose_axis([{"x": "1"}, {"x": "2"}]) == AxisChoice("x", ())
+
+
+# --- numbers by hand ----------------------------------------------------------------------------
+# Cells (success of 8 games per seed), mean ± SD / sqrt(3):
+#   G=8,  total_steps=0:  2/8, 3/8, 4/8 → 0.375,  SD 0.125 → SE 0.125 / sqrt(3) = 0.0721688
+#   G=8,  total_steps=16: 4/8, 4/8, 6/8 → 0.58333, deviations −1/12, −1/12, 1/6: SD² = (1/144 +
+#         1/144 + 1/36) / 2 = 1/48, SE = sqrt(1/48 / 3) = 1/12 = 0.0833333
+#   G=32, total_steps=0:  4/8, 5/8, 6/8 → 0.625,  SE 0.125 / sqrt(3)
+#   G=32, total_steps=16: 4/8, 8/8, 6/8 → 0.75,   SD 0.25 → SE 0.25 / sqrt(3) = 0.1443376
+# Gaps (16 − 0), paired game by game; games won are prefixes, so d_i ∈ {0, 1}, d̄ = Δwins / 8,
+# one seed's SE_j² = d̄ (1 − d̄) / 8:
+#   G=8:  d̄ = 2/8, 1/8, 2/8 → mean 5/24 = 0.2083333; SD over seeds: deviations 1/24, −1/12,
+#         1/24, SD² = (2/576 + 1/144) / 2 = 1/192, SE 1/24 = 0.0416667; the games' noise
+#         sqrt(3/128 + 7/512 + 3/128) / 3 = sqrt(31/512) / 3 = 0.0820209 is larger and is the SE
+#         (over games of 3 seeds); 0.2083 > 2 x 0.0820 = 0.1640: total_steps=16 > total_steps=0.
+#   G=32: d̄ = 0, 3/8, 0 → mean 1/8; SD² = (1/64 + 1/16 + 1/64) / 2 = 3/64, SE = sqrt(1/64) =
+#         0.125; the games' noise sqrt(15/512) / 3 = 0.0570544 is smaller; 0.125 = 1 SE: not
+#         resolved.
+# Change of the gap, 8 → 32: 1/8 − 5/24 = −1/12 = −0.0833333, SE = sqrt(31/4608 + 1/64) =
+#   sqrt(103/4608) = 0.1495072; 0.083 < 0.299: not resolved.
+CELLS = {
+    ("8", CLONING): (0.375, 0.125 / math.sqrt(3)),
+    ("8", RL): (7 / 12, 1 / 12),
+    ("32", CLONING): (0.625, 0.125 / math.sqrt(3)),
+    ("32", RL): (0.75, 0.25 / math.sqrt(3)),
+}
+GAP_8 = (5 / 24, math.sqrt(31 / 512) / 3)
+GAP_32 = (1 / 8, 1 / 8)
+CHANGE = (-1 / 12, math.sqrt(103 / 4608))
+
+
+def test_the_budget_sweep_by_hand(tmp_path: Path):
+    groups = group_runs(load_runs([budget_runs(tmp_path / "runs")]))
+    axis = find_axis(groups)
+    assert axis is not None
+    assert (axis.key, axis.line_keys) == ("sft.num_episodes", ("trainer.total_steps",))
+    assert (axis.xs, axis.lines, axis.pairs) == (("8", "32"), LINES, [(RL, CLONING)])
+    numbers = axis_numbers(axis)
+    for key, (mean, se) in CELLS.items():
+        c = numbers.cells[key]
+        assert (c.seeds, c.games, c.unit) == ((0, 1, 2), (8, 8, 8), "seeds")
+        assert c.success == pytest.approx(mean, abs=EXACT)
+        assert c.se == pytest.approx(se, abs=EXACT)
+    at_8, at_32 = numbers.gaps["8", RL, CLONING], numbers.gaps["32", RL, CLONING]
+    assert (at_8.power.difference, at_8.power.se) == pytest.approx(GAP_8, abs=EXACT)
+    assert at_8.power.floored and at_8.verdict == f"{RL} > {CLONING}"
+    assert (at_32.power.difference, at_32.power.se) == pytest.approx(GAP_32, abs=EXACT)
+    assert not at_32.power.floored and at_32.verdict == "not resolved"
+    change = numbers.changes["8", "32", RL, CLONING]
+    assert (change.difference, change.se) == pytest.approx(CHANGE, abs=EXACT)
+    assert math.sqrt(31 / 4608 + 1 / 64) == pytest.approx(0.1495072, abs=1e-7)
+    assert change_verdict(change, "8", "32") == "not resolved"
+
+
+def test_a_gap_that_changes_past_two_ses():
+    """+30 ± 5 at x₁, −10 ± 5 at x₂: −40 ± sqrt(50) = 7.07 points, past 2 SE = 14.1."""
+    change = gap_change(Power(0.3, 0.05, 3, "seeds"), Power(-0.1, 0.05, 3, "seeds"))
+    assert change.difference == pytest.approx(-0.4, abs=EXACT)
+    assert change.se == pytest.approx(math.sqrt(0.005), abs=EXACT)
+    assert (change.count, change.unit) == (6, "seeds")
+    assert change_verdict(change, "8", "32") == "gap at 32 < gap at 8"
+
+
+def test_one_seed_has_the_binomial_se(tmp_path: Path):
+    """One seed, 2 of 8 won: 0.25 ± sqrt(0.25 x 0.75 / 8) = 0.1530931; a failed episode is no
+    game."""
+    run = make_run(tmp_path, "sampo_seed0", method="sampo", scalars=val(0.5))
+    records = [{"seed": i, "won": i < 2} for i in range(8)] + [{"seed": 8, "won": True}]
+    records[-1]["failed"] = True
+    write_records(run / EVALUATIONS_DIR / TEST_EVALUATION / EPISODES_FILE, records)
+    (group,) = group_runs(load_runs([tmp_path]))
+    c = cell(group)
+    assert (c.seeds, c.games, c.unit, c.success) == ((0,), (8,), "games", 0.25)
+    assert c.se == pytest.approx(0.1530931, abs=1e-7)
