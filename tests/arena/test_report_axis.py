@@ -4,14 +4,17 @@ a budget sweep worked by hand, in the report, its summary.json and its figure.""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from arlarena_jax.arena.evaluate import EPISODES_FILE, EVALUATIONS_DIR
+from arlarena_jax.arena.report import build_report
 from arlarena_jax.arena.report.axis import AxisChoice, choose_axis, depends_on, find_axis
 from arlarena_jax.arena.report.axis_numbers import axis_numbers, cell, change_verdict, gap_change
+from arlarena_jax.arena.report.axis_plot import log_x
 from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.power import Power
 from arlarena_jax.arena.report.runs import load_runs
@@ -180,3 +183,83 @@ def test_one_seed_has_the_binomial_se(tmp_path: Path):
     c = cell(group)
     assert (c.seeds, c.games, c.unit, c.success) == ((0,), (8,), "games", 0.25)
     assert c.se == pytest.approx(0.1530931, abs=1e-7)
+
+
+# --- the written report -------------------------------------------------------------------------
+
+HEADING = "### Test end point against sft.num_episodes (each run's end point, test split)"
+TABLE = """\
+| sft.num_episodes | trainer.total_steps=0: success (%) | trainer.total_steps=16: success (%) \
+| trainer.total_steps=16 − trainer.total_steps=0 (points) | Verdict |
+|---|---|---|---|---|
+| 8 | 37.5 ± 7.2 (SE, 3 seeds) | 58.3 ± 8.3 (SE, 3 seeds) | +20.8 ± 8.2 (SE, games of 3 seeds) \
+| trainer.total_steps=16 > trainer.total_steps=0 |
+| 32 | 62.5 ± 7.2 (SE, 3 seeds) | 75.0 ± 14.4 (SE, 3 seeds) | +12.5 ± 12.5 (SE, 3 seeds) \
+| not resolved |
+| 8 → 32: change of the gap | – | – | -8.3 ± 15.0 (SE, sqrt(SE₁² + SE₂²)) | not resolved |"""
+
+
+def test_the_x_axis_is_log2_from_a_fourfold_span():
+    assert log_x([8.0, 32.0]) and log_x([1.0, 4.0]) and not log_x([1.0, 3.0])
+    assert not log_x([0.0, 16.0])
+
+
+def test_the_report_shows_records_and_draws_the_axis(tmp_path: Path):
+    out = tmp_path / "out"
+    report = build_report([budget_runs(tmp_path / "runs")], out)
+    md = (out / "report.md").read_text()
+    assert HEADING in md and TABLE in md.split(HEADING)[1]
+    png = out / "plots" / "textworld-test_against_sft.num_episodes.png"
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert png in report.files
+    assert "](plots/textworld-test_against_sft.num_episodes.png)" in md.split(HEADING)[1]
+    training = md.split("### Training dynamics")[1].split("###")[0]
+    assert "test_against" not in training
+    (found,) = json.loads((out / "summary.json").read_text())["test_against_axis"]
+    assert (found["env"], found["key"], found["lines"]) == (
+        "textworld",
+        "sft.num_episodes",
+        [*LINES],
+    )
+    for record in found["cells"]:
+        mean, se = CELLS[record["x"], record["line"]]
+        assert record["success"] == pytest.approx(100 * mean, abs=SHOWN)
+        assert record["se"] == pytest.approx(100 * se, abs=SHOWN)
+    gaps = {g["x"]: g for g in found["gaps"]}
+    for x, (difference, se) in (("8", GAP_8), ("32", GAP_32)):
+        assert (gaps[x]["a"], gaps[x]["b"]) == (RL, CLONING)
+        assert gaps[x]["difference"] == pytest.approx(100 * difference, abs=SHOWN)
+        assert gaps[x]["se"] == pytest.approx(100 * se, abs=SHOWN)
+    assert gaps["8"]["verdict"] == f"{RL} > {CLONING}" and gaps["32"]["verdict"] == "not resolved"
+    (change,) = found["gap_changes"]
+    assert (change["x_from"], change["x_to"], change["verdict"]) == ("8", "32", "not resolved")
+    assert change["difference"] == pytest.approx(100 * CHANGE[0], abs=SHOWN)
+    assert change["se"] == pytest.approx(100 * CHANGE[1], abs=SHOWN)
+
+
+def test_a_report_without_an_axis_is_as_it_was(tmp_path: Path):
+    """Two methods tested at their end point, no numeric key between them: no heading, no
+    figure, no summary entry."""
+    runs = tmp_path / "runs"
+    for method in ("grpo", "sampo"):
+        write_tested(make_run(runs, f"{method}_seed0", method=method, scalars=val(0.5)), 3)
+    out = tmp_path / "out"
+    build_report([runs], out)
+    assert "Test end point against" not in (out / "report.md").read_text()
+    assert not list((out / "plots").glob("*test_against*"))
+    assert "test_against_axis" not in json.loads((out / "summary.json").read_text())
+
+
+def test_one_line_has_no_gaps(tmp_path: Path):
+    """Only the RL arm: G is the axis, one line (all runs), its cells, no gap columns and no
+    change rows."""
+    runs = budget_runs(tmp_path / "runs", {k: v for k, v in WINS.items() if k[1] == 16})
+    out = tmp_path / "out"
+    build_report([runs], out, plots=False)
+    table = (out / "report.md").read_text().split(HEADING)[1].split("\n\n")[1]
+    assert table.splitlines() == [
+        "| sft.num_episodes | all runs: success (%) |",
+        "|---|---|",
+        "| 8 | 58.3 ± 8.3 (SE, 3 seeds) |",
+        "| 32 | 75.0 ± 14.4 (SE, 3 seeds) |",
+    ]
