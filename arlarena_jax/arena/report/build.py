@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.report.axis_plot import plot_axes
 from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, SuccessCollapse, detect
 from arlarena_jax.arena.report.final_plot import plot_finals
 from arlarena_jax.arena.report.groups import group_runs
@@ -60,7 +61,8 @@ def build_report(
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
         finals = plot_finals(groups, out / "plots", collapsed)
-        report.plots = [*finals, *plot_all(groups, out / "plots", marks)]
+        axes = plot_axes(groups, out / "plots")
+        report.plots = [*finals, *axes, *plot_all(groups, out / "plots", marks)]
     report.files = [
         *write_files(report, embed_images=embed_images),
         *(p.path for p in report.plots),

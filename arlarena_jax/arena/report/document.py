@@ -6,6 +6,10 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 
+from arlarena_jax.arena.report.axis import find_axis
+from arlarena_jax.arena.report.axis_numbers import axis_numbers
+from arlarena_jax.arena.report.axis_plot import AXIS_KEY
+from arlarena_jax.arena.report.axis_table import AXIS_NOTE, axis_heading, axis_rows
 from arlarena_jax.arena.report.comparison import Comparison
 from arlarena_jax.arena.report.end_point import end_point_comparisons
 from arlarena_jax.arena.report.final_plot import FINAL
@@ -299,7 +303,7 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     figures = [p for p in report.plots if p.env == env]
     for heading, chosen in (
         ("Where each run ended", [p for p in figures if p.metric.key == FINAL.key]),
-        ("Training dynamics", [p for p in figures if p.metric.key != FINAL.key]),
+        ("Training dynamics", [p for p in figures if p.metric.key not in (FINAL.key, AXIS_KEY)]),
     ):
         if chosen:
             items = tuple(
@@ -314,10 +318,26 @@ def env_blocks(report: Report, env: str) -> list[Block]:
     ):
         if table is not None:
             blocks += [Heading(heading, 3), table]
+    blocks += axis_blocks(report, env)
     events = first_events(report, env)
     if events:
         blocks += [Heading("Stability events (the first of each kind per run)", 3), events]
     return blocks
+
+
+def axis_blocks(report: Report, env: str) -> list[Block]:
+    """The test end point against the environment's x axis: its figure, table and note;
+    nothing without an axis (:func:`~arlarena_jax.arena.report.axis.find_axis`)."""
+    axis = find_axis([g for g in report.groups if g.env == env])
+    if axis is None:
+        return []
+    blocks: list[Block] = [Heading(axis_heading(axis.key), 3)]
+    figures = [p for p in report.plots if p.env == env and p.metric.key == AXIS_KEY]
+    if figures:
+        items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)
+        blocks.append(Figures(items))
+    headers, rows = axis_rows(axis_numbers(axis))
+    return [*blocks, Table(headers, rows, labels=1), Paragraph(AXIS_NOTE)]
 
 
 def _count(n: int, noun: str) -> str:

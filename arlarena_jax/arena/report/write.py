@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.report.axis import find_axis
+from arlarena_jax.arena.report.axis_numbers import axis_numbers, axis_record
 from arlarena_jax.arena.report.comparison import Comparison, record
 from arlarena_jax.arena.report.document import document
 from arlarena_jax.arena.report.end_point import end_point_comparisons
@@ -67,7 +69,9 @@ def _records(env: str, found: list[Comparison], seeds: bool) -> list[dict[str, A
 
 def write_summary(report: Report, path: Path) -> None:
     """``summary.json``: the settings, every group's and every run's numbers, and every
-    comparison with its power (:func:`~arlarena_jax.arena.report.comparison.record`)."""
+    comparison with its power (:func:`~arlarena_jax.arena.report.comparison.record`); where an
+    environment has an x axis, the test end point against it
+    (:func:`~arlarena_jax.arena.report.axis_numbers.axis_record`)."""
     envs = _by_env(report)
     summary = {
         "title": report.title,
@@ -99,6 +103,9 @@ def write_summary(report: Report, path: Path) -> None:
         ],
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
     }
+    axes = [axis for groups in envs.values() if (axis := find_axis(groups)) is not None]
+    if axes:  # a report without an x axis keeps its summary as it was
+        summary["test_against_axis"] = [axis_record(axis_numbers(axis)) for axis in axes]
     path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
