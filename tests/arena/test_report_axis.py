@@ -19,6 +19,7 @@ from arlarena_jax.arena.report.groups import group_runs
 from arlarena_jax.arena.report.power import Power
 from arlarena_jax.arena.report.runs import load_runs
 from arlarena_jax.arena.spec import TEST_EVALUATION
+from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.held_out import write_records
 from tests.helpers.reports import make_run, val
 
@@ -263,3 +264,26 @@ def test_one_line_has_no_gaps(tmp_path: Path):
         "| 8 | 58.3 ± 8.3 (SE, 3 seeds) |",
         "| 32 | 75.0 ± 14.4 (SE, 3 seeds) |",
     ]
+
+
+def test_a_declared_axis_is_the_only_candidate():
+    """``--against``: trainer.total_steps as x (lines: the budgets), although the found axis is
+    sft.num_episodes; a key the tested runs do not vary is one line."""
+    points = budget_points()
+    assert choose_axis(points).key == "sft.num_episodes"
+    declared = choose_axis(points, "trainer.total_steps")
+    assert declared is not None and declared.key == "trainer.total_steps"
+    assert "sft.num_episodes" in declared.line_keys
+    assert choose_axis(points, "optim.lr") is None
+
+
+def test_the_report_takes_a_declared_axis_and_refuses_one_not_varied(tmp_path: Path):
+    runs = budget_runs(tmp_path / "runs")
+    report = build_report([runs], tmp_path / "r1", plots=False, against="trainer.total_steps")
+    assert (
+        "### Test end point against trainer.total_steps"
+        in (tmp_path / "r1" / "report.md").read_text()
+    )
+    assert report.against == "trainer.total_steps"
+    with pytest.raises(ConfigError, match=r"^--against optim.lr: no environment's runs"):
+        build_report([runs], tmp_path / "r2", plots=False, against="optim.lr")

@@ -64,8 +64,9 @@ def _lines_hold(points: Sequence[Mapping[str, str]], x: str, lines: tuple[str, .
     return len(set(cells)) == len(cells) and any(len(v) > 1 for v in per_line.values())
 
 
-def choose_axis(points: Sequence[Mapping[str, str]]) -> AxisChoice | None:
-    """The x axis of points (one per group: dotted key → value as text), or None.
+def choose_axis(points: Sequence[Mapping[str, str]], key: str | None = None) -> AxisChoice | None:
+    """The x axis of points (one per group: dotted key → value as text), or None; ``key``: the
+    only candidate (declared with ``arlarena report --against KEY``).
 
     The keys are those every point has whose values are not all equal. A candidate x is such a
     key whose values are all finite numbers, two or more distinct; its line keys are the other
@@ -75,7 +76,7 @@ def choose_axis(points: Sequence[Mapping[str, str]]) -> AxisChoice | None:
     common = set.intersection(*(set(p) for p in points)) if points else set()
     keys = sorted(k for k in common if len({p[k] for p in points}) > 1)
     found = []
-    for x in keys:
+    for x in keys if key is None else [k for k in keys if k == key]:
         distinct = _distinct(points, x)
         if len(distinct) < 2:
             continue
@@ -125,13 +126,13 @@ def line_label(point: Mapping[str, str], keys: Sequence[str]) -> str:
     return " ".join(f"{k}={point[k]}" for k in keys) or "all runs"
 
 
-def find_axis(groups: Sequence[Group]) -> Axis | None:
-    """The x axis of one environment's groups tested at their end point (:func:`choose_axis`);
-    None without one."""
+def find_axis(groups: Sequence[Group], key: str | None = None) -> Axis | None:
+    """The x axis of one environment's groups tested at their end point (:func:`choose_axis`,
+    ``key`` the only candidate where given); None without one."""
     chosen = [g for g in groups if tested(g)]
     keys = sorted({k for g in chosen for k, _ in g.keys})
     points = [group_point(g, keys, len({g.method for g in chosen}) > 1) for g in chosen]
-    choice = choose_axis(points)
+    choice = choose_axis(points, key)
     if choice is None:
         return None
     x, line_keys = choice.key, choice.line_keys

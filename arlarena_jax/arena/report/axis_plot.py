@@ -81,12 +81,12 @@ def plot_axis(numbers: AxisNumbers, path: Path) -> bool:
     return True
 
 
-def plot_axes(groups: Sequence[Group], out: Path) -> list[Plot]:
-    """:func:`plot_axis` for every environment with an axis, as
+def plot_axes(groups: Sequence[Group], out: Path, key: str | None = None) -> list[Plot]:
+    """:func:`plot_axis` for every environment with an axis (``key`` where declared), as
     ``out/<env>-test_against_<key>.png``."""
     plots = []
     for env in dict.fromkeys(g.env for g in groups):
-        axis = find_axis([g for g in groups if g.env == env])
+        axis = find_axis([g for g in groups if g.env == env], key)
         if axis is None:
             continue
         path = out / f"{slug(env)}-test_against_{slug(axis.key)}.png"

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.report.axis import find_axis
 from arlarena_jax.arena.report.axis_plot import plot_axes
 from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, SuccessCollapse, detect
 from arlarena_jax.arena.report.final_plot import plot_finals
@@ -27,6 +28,17 @@ def baseline_key(name: str) -> str:
         raise ConfigError(f"baseline: {err}") from None
 
 
+def _check_against(groups: list, against: str | None) -> None:
+    """A declared x axis that no environment's tested groups make: one line."""
+    envs = dict.fromkeys(g.env for g in groups)
+    if against is None or any(find_axis([g for g in groups if g.env == e], against) for e in envs):
+        return
+    raise ConfigError(
+        f"--against {against}: no environment's runs tested at their end point vary it as an x "
+        "axis (numbers, two values or more, one group per value and line)"
+    )
+
+
 def build_report(
     paths: Iterable[Path],
     out: Path,
@@ -39,13 +51,16 @@ def build_report(
     ignore_keys: Iterable[str] = (),
     monitor: Mapping[str, Any] | None = None,
     collapse_on: frozenset[str] = COLLAPSE_KINDS,
+    against: str | None = None,
 ) -> Report:
     """Read every run at or below ``paths`` and write the report into ``out``: report.md,
     report.html, summary.json, runs.csv and plots/*.png (``plots=False``: no figures).
     ``ignore_keys``: dotted config keys that do not set groups apart (besides the seed, the run
     directory and the cloned start). ``monitor``: stability-monitor settings over each run's own
     for the replay (:func:`~arlarena_jax.arena.report.collapse.monitor_overrides`).
-    ``collapse_on``: the event kinds that count as a collapse (the others are warnings)."""
+    ``collapse_on``: the event kinds that count as a collapse (the others are warnings).
+    ``against``: the numeric key to show the test end point against (None: found from the runs;
+    one that no environment's tested runs vary is one line)."""
     base = baseline_key(baseline)
     runs = load_runs(paths)
     rule = rule or SuccessCollapse()
@@ -57,11 +72,13 @@ def build_report(
     rows = build_rows(groups, collapsed, base, warned)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    _check_against(groups, against)
     report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor, collapse_on)
+    report.against = against
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
         finals = plot_finals(groups, out / "plots", collapsed)
-        axes = plot_axes(groups, out / "plots")
+        axes = plot_axes(groups, out / "plots", against)
         report.plots = [*finals, *axes, *plot_all(groups, out / "plots", marks)]
     report.files = [
         *write_files(report, embed_images=embed_images),

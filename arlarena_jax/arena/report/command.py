@@ -29,6 +29,7 @@ def report_command(args: argparse.Namespace) -> int:
         ignore_keys=args.ignore_key,
         monitor=monitor_overrides(args.monitor),
         collapse_on=collapse_kinds(args.collapse_on),
+        against=args.against,
     )
     for row in report.rows:
         final = row.success["final"].mean
@@ -74,6 +75,12 @@ def add_command(commands) -> None:
         help="an event kind that counts as a collapse, the others being warnings (repeatable or "
         "comma-separated; e.g. held_out_success_drop,held_out_format_drop to judge runs by their "
         f"held-out evaluations; default {','.join(sorted(COLLAPSE_KINDS))})",
+    )
+    sub.add_argument(
+        "--against",
+        metavar="KEY",
+        help="the numeric config key to show the test end point against, e.g. sft.num_episodes "
+        "(default: found from the runs, the numeric key with most values, ties by name)",
     )
     sub.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     sub.add_argument(

@@ -328,7 +328,7 @@ def env_blocks(report: Report, env: str) -> list[Block]:
 def axis_blocks(report: Report, env: str) -> list[Block]:
     """The test end point against the environment's x axis: its figure, table and note;
     nothing without an axis (:func:`~arlarena_jax.arena.report.axis.find_axis`)."""
-    axis = find_axis([g for g in report.groups if g.env == env])
+    axis = find_axis([g for g in report.groups if g.env == env], report.against)
     if axis is None:
         return []
     blocks: list[Block] = [Heading(axis_heading(axis.key), 3)]

@@ -30,6 +30,7 @@ class Report:
     monitor: dict[str, Any] = dataclasses.field(default_factory=dict)  # over each run's own
     collapse_on: frozenset[str] = COLLAPSE_KINDS  # the event kinds that count as a collapse
     plots: list[Plot] = dataclasses.field(default_factory=list)
+    against: str | None = None  # the declared x axis of the test end point (None: found)
     files: list[Path] = dataclasses.field(default_factory=list)
 
     @property

@@ -103,7 +103,7 @@ def write_summary(report: Report, path: Path) -> None:
         ],
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
     }
-    axes = [axis for groups in envs.values() if (axis := find_axis(groups)) is not None]
+    axes = [a for groups in envs.values() if (a := find_axis(groups, report.against)) is not None]
     if axes:  # a report without an x axis keeps its summary as it was
         summary["test_against_axis"] = [axis_record(axis_numbers(axis)) for axis in axes]
     path.write_text(json.dumps(summary, indent=2) + "\n")
