@@ -29,26 +29,30 @@ from arlarena_jax.train.start import cloned_policy
 
 
 def jobs_of(runs: Sequence[planning.PlannedRun]) -> list[Job]:
-    """The jobs in the sweep file's order: each run preceded by its shared start where the start
-    is first needed (each start once) and followed by its evaluations; a run needs its start, an
-    evaluation its run. One worker thus finishes a run, and reports it, before it clones the
-    next start (a long cloning phase no longer holds up every run behind it); more workers take
-    the next job whose needs are done."""
+    """The jobs in the sweep file's order, each start followed at once by every run that shares it
+    (in file order), each run by its evaluations; a run needs its start, an evaluation its run.
+    One worker thus finishes a start's runs, its paired comparisons complete, before it clones the
+    next start (a long cloning phase no longer holds up every run behind it, and a campaign cut
+    short leaves whole cells rather than one arm of each); more workers take the next job whose
+    needs are done."""
     jobs: list[Job] = []
     placed: set[str] = set()
     for run in runs:
-        needs: tuple[str, ...] = ()
-        if run.start is not None:
-            needs = (run.start.name,)
-            if run.start.name not in placed:
-                placed.add(run.start.name)
-                product = cloned_policy(run.start.run_dir)
-                jobs.append(
-                    Job(run.start.name, run.start.command(), run.start.run_dir, (), product)
-                )
-        jobs.append(Job(run.name, run.command(), run.run_dir, needs))
-        jobs += [Job(e.job_name, e.command(), e.job_dir, (e.run_name,)) for e in run.evaluations]
+        if run.start is None:
+            jobs += _run_jobs(run, ())
+        elif run.start.name not in placed:
+            placed.add(run.start.name)
+            product = cloned_policy(run.start.run_dir)
+            jobs.append(Job(run.start.name, run.start.command(), run.start.run_dir, (), product))
+            for sharing in (r for r in runs if r.start and r.start.name == run.start.name):
+                jobs += _run_jobs(sharing, (run.start.name,))
     return jobs
+
+
+def _run_jobs(run: planning.PlannedRun, needs: tuple[str, ...]) -> list[Job]:
+    """A run's job, then its evaluations' (each needs the run)."""
+    jobs = [Job(run.name, run.command(), run.run_dir, needs)]
+    return jobs + [Job(e.job_name, e.command(), e.job_dir, (e.run_name,)) for e in run.evaluations]
 
 
 def to_run(jobs: Sequence[Job], *, retry_failed: bool, executor: str = "local") -> list[Job]:

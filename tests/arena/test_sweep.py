@@ -145,6 +145,36 @@ def test_jobs_follow_the_file_order_each_start_where_first_needed(tmp_path):
     assert needs[evals[1]] == (runs[1].name,)
 
 
+def test_each_start_is_followed_by_every_run_that_shares_it(tmp_path):
+    """An arms sweep (RL steps 0 and 2 from each seed's start): the file order puts every seed of
+    the first arm before the second arm, but the jobs take one start's two arms (a paired cell)
+    before the next start is cloned, so a campaign cut short keeps whole cells."""
+    from arlarena_jax.arena.sweep import jobs_of
+
+    path = sweep_file(
+        tmp_path,
+        """
+        methods: [grpo]
+        grid: {trainer.total_steps: [0, 2]}
+        seeds: [0, 1]
+        evaluate_on: {long: {env.max_turns: 30}}
+        """,
+    )
+    runs = plan.plan(spec.load_sweep(path))
+    assert [(r.config.trainer.total_steps, r.config.trainer.seed) for r in runs] == [
+        (0, 0), (0, 1), (2, 0), (2, 1),
+    ]  # fmt: skip
+    seed0, seed1 = plan.starts(runs)
+    evals = {e.run_name: e.job_name for e in plan.evaluations(runs)}
+    names = [job.name for job in jobs_of(runs)]
+    assert names == [
+        seed0.name, runs[0].name, evals[runs[0].name], runs[2].name, evals[runs[2].name],
+        seed1.name, runs[1].name, evals[runs[1].name], runs[3].name, evals[runs[3].name],
+    ]  # fmt: skip
+    needs = {job.name: job.needs for job in jobs_of(runs)}
+    assert needs[runs[2].name] == (seed0.name,) and needs[runs[3].name] == (seed1.name,)
+
+
 def test_the_start_key_ignores_rl_keys_and_is_stable_across_sweeps(tmp_path):
     a = load_config(BASE, ["algorithm.method=sapo", "optim.lr=0.001", "trainer.total_steps=3"])
     b = load_config(
