@@ -1,12 +1,14 @@
 """Behaviour cloning of a run on expert demonstrations (``sft.*``), or the adoption of a shared
-start's cloned policy (``sft.init_from``).
+start's cloned policy (``sft.init_from``), and continued cloning after either
+(``sft.continue_steps``: more steps from the start's policy, with a fresh optimizer).
 
 A stopped cloning first saves its state (parameters, optimizer state, steps done) in
 ``run_dir/checkpoints_sft``; cloning also saves it every ``sft.save_every_s`` seconds of cloning
 and after its last step, and its demonstrations are kept in ``run_dir/demonstrations.jsonl``
 (with a hash of the ``env`` settings and seeds that made them) until the run saves step 0
 (:meth:`Cloning.remove_checkpoint`), so a killed cloning goes on from its newest save without
-playing the expert again.
+playing the expert again. Continued cloning keeps its own state in
+``run_dir/checkpoints_sft_continued`` and its metrics under ``sft_continued/``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from arlarena_jax.train.start import START_STEP
 from arlarena_jax.train.stops import Stops, on_any_process
 
 CLONING_CHECKPOINTS = "checkpoints_sft"  # cloning's state, until step 0 is saved
+CONTINUED_CHECKPOINTS = "checkpoints_sft_continued"  # continued cloning's state, likewise
 DEMONSTRATIONS = "demonstrations.jsonl"  # the expert turns cloning trains on, as long
 
 
@@ -58,11 +61,25 @@ def demonstrations_key(config: Config) -> str:
 
 class Cloning:
     """The cloning of ``pieces.model`` (in place) for ``config``, in ``run_dir``; ``stops``: the
-    run's phase and safe points; ``console``: print progress lines."""
+    run's phase and safe points; ``console``: print progress lines. ``continued``: the
+    continued cloning (``sft.continue_steps`` steps from the policy the model holds, a fresh
+    optimizer), with a checkpoint folder and metric names of its own."""
 
-    def __init__(self, config: Config, run_dir: Path, pieces, stops: Stops, console: bool):
+    def __init__(
+        self,
+        config: Config,
+        run_dir: Path,
+        pieces,
+        stops: Stops,
+        console: bool,
+        *,
+        continued: bool = False,
+    ):
         self.config, self.run_dir, self.pieces = config, run_dir, pieces
         self.stops, self.console = stops, console
+        self.continued = continued
+        self.folder = CONTINUED_CHECKPOINTS if continued else CLONING_CHECKPOINTS
+        self.prefix = "sft_continued" if continued else "sft"
         self._checkpointer: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
         self._saved_at = time.monotonic()  # when cloning last saved (or began)
         self._loss = math.nan  # of the last cloning step
@@ -77,7 +94,6 @@ class Cloning:
                 f"config key 'sft.num_episodes': none of the {sft.num_episodes} expert episodes "
                 f"succeeded within env.max_turns={c.env.max_turns}; nothing to clone"
             )
-        length = dict(steps=sft.steps) if sft.steps is not None else dict(epochs=sft.epochs)
         start = time.perf_counter()
         job = prepare_sft(
             p.model,
@@ -89,29 +105,40 @@ class Cloning:
             seed=sft.seed,
             enable_thinking=c.sampler.enable_thinking,
             mesh=p.mesh,
-            **length,
+            **self.length(),
         )
         self.stops.phase = "cloning"
         state = self.start(job)
         if self.console:
             again = f", continuing after step {state.step}" if state.step else ""
-            print(f"cloning: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
+            what = "continued cloning" if self.continued else "cloning"
+            print(f"{what}: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
         self.stops.check((state.step, job.total))
         self._saved_at = time.monotonic()  # seconds of cloning are counted from here
         final, history = job.run(
             state, log_fn=self._log, after_step=lambda s: self.after_step(job, s)
         )
         nnx.update(p.model, final.params)
+        loss = history[-1]["loss"] if history else self._loss
         metrics = {
-            "sft/final_loss": history[-1]["loss"] if history else self._loss,
-            "sft/examples": float(len(demos)),
-            "sft/steps": float(job.total),
-            "timing/sft": time.perf_counter() - start,
+            f"{self.prefix}/final_loss": loss,
+            f"{self.prefix}/examples": float(len(demos)),
+            f"{self.prefix}/steps": float(job.total),
+            f"timing/{self.prefix}": time.perf_counter() - start,
         }
         p.writer.scalars(0, metrics)
         if self.console:
-            print(f"cloning done: loss {metrics['sft/final_loss']:.4f}", flush=True)
+            what = "continued cloning" if self.continued else "cloning"
+            print(f"{what} done: loss {loss:.4f}", flush=True)
         return metrics
+
+    def length(self) -> dict[str, float]:
+        """``prepare_sft``'s length: ``sft.continue_steps`` steps when continued, else
+        ``sft.steps`` (or ``sft.epochs`` when that is null)."""
+        sft = self.config.sft
+        if self.continued:
+            return dict(steps=sft.continue_steps)
+        return dict(steps=sft.steps) if sft.steps is not None else dict(epochs=sft.epochs)
 
     def demonstrations(self) -> list[Demonstration]:
         """The expert turns to clone: those an earlier start of this cloning kept in
@@ -137,17 +164,17 @@ class Cloning:
             write_demonstrations(path, demos, key)
         return demos
 
-    def adopt(self, host: HostState) -> None:
+    def adopt(self, host: HostState, *, evaluation: bool = True) -> None:
         """Take the cloned policy of the shared start in ``sft.init_from`` (its checkpoint step 0,
         parameters only) instead of cloning, and into ``host`` its held-out evaluation, when it
-        saved one."""
+        saved one and ``evaluation`` (not when cloning continues: that policy is another)."""
         p = self.pieces
         directory = Path(self.config.sft.init_from)
         _, params = nnx.split(p.model)
         target = abstract_like(trainable_part(params))  # LoRA: the start's adapters
         adopted, saved = read_params(checkpoints_dir(directory), START_STEP, target)
         nnx.update(p.model, adopted)
-        if saved.get("start_eval") is not None:
+        if evaluation and saved.get("start_eval") is not None:
             host.sft_success, host.start_eval = saved["sft_success"], saved["start_eval"]
             split = self.config.trainer.eval_split
             episodes = held_out_path(directory, START_STEP, split)  # its per-episode outcomes
@@ -162,7 +189,7 @@ class Cloning:
         """The state cloning last saved in ``run_dir/checkpoints_sft``, else the start."""
         _, params = nnx.split(self.pieces.model)
         fresh = job.start(params)
-        directory = self.run_dir / CLONING_CHECKPOINTS
+        directory = self.run_dir / self.folder
         step = self.checkpointer().latest_step() if directory.is_dir() else None
         if step is None:
             return fresh
@@ -216,7 +243,7 @@ class Cloning:
 
     def checkpointer(self) -> Checkpointer:
         if self._checkpointer is None:
-            self._checkpointer = Checkpointer(self.run_dir / CLONING_CHECKPOINTS, keep=1)
+            self._checkpointer = Checkpointer(self.run_dir / self.folder, keep=1)
         return self._checkpointer
 
     def close(self) -> None:
@@ -228,7 +255,7 @@ class Cloning:
         """Once the cloned policy is an RL checkpoint, the cloning checkpoint and the kept
         demonstrations go."""
         self.close()
-        directory = self.run_dir / CLONING_CHECKPOINTS
+        directory = self.run_dir / self.folder
         if jax.process_index() == 0:
             if directory.is_dir():
                 shutil.rmtree(directory)
@@ -236,10 +263,11 @@ class Cloning:
 
     def _log(self, step: int, metrics: dict[str, float]) -> None:
         self._loss = metrics["loss"]
-        self.pieces.writer.scalars(step, {f"sft/{k}": v for k, v in metrics.items()})
+        self.pieces.writer.scalars(step, {f"{self.prefix}/{k}": v for k, v in metrics.items()})
         if self.console and (step + 1) % 10 == 0:
+            what = "continued cloning" if self.continued else "cloning"
             print(
-                f"[cloning {step + 1}] loss {metrics['loss']:.4f} "
+                f"[{what} {step + 1}] loss {metrics['loss']:.4f} "
                 f"grad {metrics['grad_norm']:.3f} lr {metrics['lr']:.2e}",
                 flush=True,
             )

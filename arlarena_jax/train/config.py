@@ -166,6 +166,11 @@ class SFTConfig:
     # a run directory written by `arlarena sft` (a shared start, arlarena_jax/train/start.py):
     # take its cloned policy (checkpoint step 0) and its evaluation instead of cloning
     init_from: str | None = None
+    # continued cloning: after the start's cloning (the shared start's, or this run's own), this
+    # many more steps on the same demonstrations, with a fresh optimizer and sft.optim's schedule
+    # over them; the run then evaluates that policy as its own start (RL's alternative of the
+    # same cost, sharing the start: docs/arena.md "Shared starts")
+    continue_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

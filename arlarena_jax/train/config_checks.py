@@ -275,7 +275,9 @@ def check(run: Resolved) -> Resolved:
     if not config.critic.cliprange_value > 0:
         _fail("critic.cliprange_value", f"must be > 0, got {config.critic.cliprange_value!r}")
     _at_least(config.sft, "sft", 1, "num_episodes", "epochs", "steps", "batch_size")
-    _at_least(config.sft, "sft", 0, "save_every_s")
+    _at_least(config.sft, "sft", 0, "save_every_s", "continue_steps")
+    if config.sft.continue_steps and not config.sft.enabled:
+        _fail("sft.continue_steps", "continues a cloning: needs sft.enabled=true")
     micro = config.sft.micro_batch_size
     if micro is not None and (micro < 1 or config.sft.batch_size % micro):
         _fail(

@@ -254,8 +254,9 @@ def phases(
     critic: bool = False,
 ) -> dict[str, list[Term]]:
     """The terms of each phase the command runs: ``one RL step`` (training with
-    ``trainer.total_steps`` > 0), ``cloning`` (``sft.enabled`` without ``sft.init_from``) and
-    ``evaluation``. ``model`` None (unreadable): only the terms that need no model."""
+    ``trainer.total_steps`` > 0), ``cloning`` (``sft.enabled`` without ``sft.init_from``, or with
+    ``sft.continue_steps``) and ``evaluation``. ``model`` None (unreadable): only the terms that
+    need no model."""
     from arlarena_jax.train.build import response_width, row_layout
 
     response, turn_rows = response_width(config), row_layout(config) is None
@@ -278,7 +279,8 @@ def phases(
     out: dict[str, list[Term]] = {}
     if training and config.trainer.total_steps > 0:
         out["one RL step"] = [*rl, *batch_terms(config, response, turn_rows)]
-    if training and config.sft.enabled and config.sft.init_from is None:
+    clones = config.sft.init_from is None or config.sft.continue_steps > 0
+    if training and config.sft.enabled and clones:
         out["cloning"] = [*cloning, _cloning_examples(config, reply_width)]
     out["evaluation"] = [*evaluation, _eval_rows(config, reply_width)]
     return out

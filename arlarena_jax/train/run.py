@@ -6,7 +6,8 @@ orbax) and :class:`HostState` on the host (JSON beside it). Its methods are the 
 trainer (``arlarena_jax.train.loop.train``), of ``arlarena eval`` and of a sweep:
 
 - :meth:`Run.resume` restores the newest checkpoint of the run directory;
-- :meth:`Run.clone` runs behaviour cloning on expert demonstrations;
+- :meth:`Run.clone` runs behaviour cloning on expert demonstrations (or :meth:`Run.adopt_start`
+  takes a shared start's), and :meth:`Run.continue_cloning` continues it (``sft.continue_steps``);
 - :meth:`Run.evaluate` measures held-out success;
 - :meth:`Run.step` is one RL iteration (rollout, update, sync, monitor, roll back, log);
 - :meth:`Run.save` checkpoints (a step the stability monitor condemns rolls back to the last good
@@ -120,6 +121,11 @@ class Run:
         self.history: list[dict[str, float]] = []
         self.events = self.skipped = 0
         self.cloning = Cloning(config, self.run_dir, p, self.stops, self.console)
+        self.continuing = None  # continued cloning (sft.continue_steps), after the start's
+        if config.sft.continue_steps:
+            args = (config, self.run_dir, p, self.stops, self.console)
+            self.continuing = Cloning(*args, continued=True)
+            closing.callback(self.continuing.close)
         self._cloned = False  # cloning finished in this process (its policy not saved yet)
         closing.callback(self.cloning.close)
         self.evaluation = Evaluation(config, self.run_dir, p)
@@ -176,6 +182,8 @@ class Run:
         resumed = self.resume()
         if resumed is None and c.sft.enabled:
             self.adopt_start() if c.sft.init_from else self.clone()
+            if self.continuing is not None:
+                self.continue_cloning()
         evaluates = c.trainer.eval_at_start or c.sft.enabled
         unevaluated = resumed == 0 and evaluates and self.host.sft_success is None
         if resumed is None or unevaluated:  # unevaluated: stopped during that evaluation
@@ -184,6 +192,8 @@ class Run:
             self.phase = "evaluation"
             self.evaluate(resumed)
         self.cloning.remove_checkpoint()
+        if self.continuing is not None:
+            self.continuing.remove_checkpoint()
         self.phase = "RL"
 
     def resume(self, step: int | None = None) -> int | None:
@@ -210,9 +220,17 @@ class Run:
         return metrics
 
     def adopt_start(self) -> None:
-        """Take the cloned policy of the shared start in ``sft.init_from`` instead of cloning."""
-        self.cloning.adopt(self.host)
+        """Take the cloned policy of the shared start in ``sft.init_from`` instead of cloning (and
+        its evaluation, unless cloning continues from it)."""
+        self.cloning.adopt(self.host, evaluation=self.continuing is None)
         self.learner.state, self._cloned = None, True  # rebuilt from the start's parameters
+
+    def continue_cloning(self) -> dict[str, float]:
+        """``sft.continue_steps`` more cloning steps from the start's policy, a fresh optimizer
+        (a stopped one continues from ``run_dir/checkpoints_sft_continued``)."""
+        metrics = self.continuing.clone()
+        self.learner.state, self._cloned = None, True
+        return metrics
 
     def _start_policy(self) -> None:
         """Evaluate the starting policy (with cloning or ``trainer.eval_at_start``); save it as

@@ -51,6 +51,7 @@ RL_ONLY = (
     "trainer.keep_checkpoints",
     "trainer.export_hf",
     "sft.init_from",
+    "sft.continue_steps",  # cloning after the start's: the start is the same
     "sft.save_every_s",  # how often cloning saves its state, not what it makes
     "sft.micro_batch_size",  # how cloning's gradient is summed (memory), not what it makes
     "trainer.use_rollout_log_probs",  # the RL update's lp_old
