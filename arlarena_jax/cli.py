@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("out", help="output directory (tokenizer.json, tokenizer_config.json)")
     convert.set_defaults(handler=convert_tokenizer)
     from arlarena_jax import serve
-    from arlarena_jax.arena import keep, report, sweep
+    from arlarena_jax.arena import keep, matched, report, sweep
     from arlarena_jax.models import commands as model_commands
     from arlarena_jax.train.commands import add_commands
 
@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_command(commands)
     report.add_command(commands)
     keep.add_command(commands)
+    matched.add_command(commands)
     serve.add_command(commands)
     for name in registry.names():  # the environments' own subcommands (arlarena alfworld ...)
         spec = registry.get(name)
