@@ -25,7 +25,6 @@ import pytest
 
 from tests.helpers.process_runs import (
     assert_same_run,
-    clone,
     command,
     copy_run,
     held_out,
@@ -36,11 +35,6 @@ from tests.helpers.processes import finish, signal_when, start, tail
 
 HEARTBEAT_S = 10
 STEPS = 6  # room for three interruptions, each after a new checkpoint
-
-
-@pytest.fixture(scope="module")
-def cloned(tmp_path_factory):
-    return clone(tmp_path_factory.mktemp("start") / "run", processes=1)
 
 
 @pytest.fixture(scope="module")

@@ -33,11 +33,6 @@ from tests.helpers.processes import finish, free_port, run, start, tail
 
 
 @pytest.fixture(scope="module")
-def cloned(tmp_path_factory):
-    return clone(tmp_path_factory.mktemp("start") / "run", processes=1)
-
-
-@pytest.fixture(scope="module")
 def one_process(tmp_path_factory, cloned):
     run_dir = tmp_path_factory.mktemp("one") / "run"
     train(run_dir, 1, cloned)
