@@ -80,6 +80,7 @@ class Cloning:
         self.continued = continued
         self.folder = CONTINUED_CHECKPOINTS if continued else CLONING_CHECKPOINTS
         self.prefix = "sft_continued" if continued else "sft"
+        self.name = "continued cloning" if continued else "cloning"  # in lines and stop lines
         self._checkpointer: Checkpointer | None = None  # run_dir/checkpoints_sft, opened on use
         self._saved_at = time.monotonic()  # when cloning last saved (or began)
         self._loss = math.nan  # of the last cloning step
@@ -107,12 +108,11 @@ class Cloning:
             mesh=p.mesh,
             **self.length(),
         )
-        self.stops.phase = "cloning"
+        self.stops.phase = self.name
         state = self.start(job)
         if self.console:
             again = f", continuing after step {state.step}" if state.step else ""
-            what = "continued cloning" if self.continued else "cloning"
-            print(f"{what}: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
+            print(f"{self.name}: {job.total} steps on {len(demos)} expert turns{again}", flush=True)
         self.stops.check((state.step, job.total))
         self._saved_at = time.monotonic()  # seconds of cloning are counted from here
         final, history = job.run(
@@ -128,8 +128,7 @@ class Cloning:
         }
         p.writer.scalars(0, metrics)
         if self.console:
-            what = "continued cloning" if self.continued else "cloning"
-            print(f"{what} done: loss {loss:.4f}", flush=True)
+            print(f"{self.name} done: loss {loss:.4f}", flush=True)
         return metrics
 
     def length(self) -> dict[str, float]:
@@ -265,9 +264,8 @@ class Cloning:
         self._loss = metrics["loss"]
         self.pieces.writer.scalars(step, {f"{self.prefix}/{k}": v for k, v in metrics.items()})
         if self.console and (step + 1) % 10 == 0:
-            what = "continued cloning" if self.continued else "cloning"
             print(
-                f"[{what} {step + 1}] loss {metrics['loss']:.4f} "
+                f"[{self.name} {step + 1}] loss {metrics['loss']:.4f} "
                 f"grad {metrics['grad_norm']:.3f} lr {metrics['lr']:.2e}",
                 flush=True,
             )

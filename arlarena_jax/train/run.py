@@ -228,6 +228,7 @@ class Run:
     def continue_cloning(self) -> dict[str, float]:
         """``sft.continue_steps`` more cloning steps from the start's policy, a fresh optimizer
         (a stopped one continues from ``run_dir/checkpoints_sft_continued``)."""
+        self._cloned = False  # the policy before it is not this run's start: a stop saves none
         metrics = self.continuing.clone()
         self.learner.state, self._cloned = None, True
         return metrics
