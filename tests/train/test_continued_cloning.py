@@ -32,7 +32,7 @@ from arlarena_jax.train.start import start_key
 from tests.helpers.processes import signal_when
 from tests.helpers.tiny_runs import SAMPO_TINY, SMALL, train_tiny
 
-CONTINUE = 40  # continued cloning steps (the start clones SMALL's 4); a stop lands among them
+CONTINUE = 12  # continued cloning steps (the start clones SMALL's 4); a stop lands among them
 
 
 def run(directory, *extra: str):
@@ -117,7 +117,7 @@ def test_continued_cloning_shares_the_start_and_is_checked():
 
 
 def test_a_stopped_continued_cloning_resumes_to_the_same_policy(start, continued, tmp_path):
-    """SIGTERM once the continued cloning has saved step 3 of 40 (it saves after every step
+    """SIGTERM once the continued cloning has saved step 3 of 12 (it saves after every step
     here): one stop line naming the phase, exit 75; the same command then continues from the
     saved step and ends where an uninterrupted run ends."""
     steps = CONTINUE
