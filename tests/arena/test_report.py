@@ -247,6 +247,16 @@ def test_an_in_progress_run_is_reported_up_to_its_last_step(tmp_path: Path):
     assert row.success["final"].mean == pytest.approx((0.7 + 0.4) / 2, abs=TOL)
 
 
+def test_cloning_steps_are_no_rl_steps(tmp_path: Path):
+    """A cloning-only run logs its cloning (and continued cloning) per cloning step: 12 steps
+    of each here, and no RL step, so its last RL step is 0."""
+    cloning = {f"{p}/loss": {s: 1.0 for s in range(12)} for p in ("sft", "sft_continued")}
+    timing = {"timing/sft": {0: 60.0}, "timing/sft_continued": {0: 30.0}}
+    make_run(tmp_path, "cloned", scalars=val() | cloning | timing, state={"state": "done"})
+    (run,) = load_runs([tmp_path])
+    assert run.last_step == 0
+
+
 def test_mean_band_aligns_seeds_on_the_union_of_steps():
     a = Series(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0]))
     b = Series(np.array([1, 2]), np.array([3.0, 4.0]))  # in progress: no step 3 yet

@@ -24,7 +24,9 @@ from arlarena_jax.errors import ConfigError
 from arlarena_jax.train.metrics import evaluation_key
 
 CONFIG_FILE, LOG_DIR, STATE_FILE = "config.yaml", "tensorboard", "sweep_state.json"
-NOT_TRAINING = ("sft/", "val/", "timing/sft")  # tag prefixes that are no RL step's metrics
+# tag prefixes that are no RL step's metrics: cloning's and continued cloning's (logged per
+# cloning step), evaluations
+NOT_TRAINING = ("sft/", "sft_continued/", "val/", "timing/sft")
 
 
 @dataclasses.dataclass(frozen=True)
