@@ -26,6 +26,10 @@ The folder is kept bounded: where it holds more than ``ARLARENA_XLA_CACHE_MAX_GB
 GiB; 0 keeps everything), the command deletes its oldest-written programs at start-up until it
 holds half of that (:func:`prune_cache`). A run that meanwhile misses a deleted program compiles
 it again (JAX reads a vanished entry as a miss, with a warning).
+
+JAX stores programs from process 0 only, and on the CPU backend the other processes' keys are
+their own, so they would compile everything on every start: there every process stores its own
+entries (:mod:`arlarena_jax.compile_cache_processes`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import jax
+
+from arlarena_jax.compile_cache_processes import store_on_every_cpu_process
 
 CACHE_ENV = "ARLARENA_XLA_CACHE"
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -83,6 +89,7 @@ def enable_compilation_cache(environ: Mapping[str, str] | None = None) -> Path |
     jax.config.update("jax_compilation_cache_dir", str(path))
     if JAX_MIN_TIME_ENV not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    store_on_every_cpu_process()
     return path
 
 
