@@ -40,19 +40,18 @@ def check_group_shares(train_batch_size: int, count: int) -> None:
 
 def whole_rollout(exchange: Exchange, tag: str, part: Rollout, first_env: int) -> Rollout:
     """Every process's ``part`` (this process's starts at environment ``first_env`` of the
-    whole batch) as one rollout in process order, environment indices made global; with one
-    process, ``part`` itself."""
+    whole batch) as one rollout in process order, environment indices made global (on copies:
+    ``part`` keeps its own indices); with one process, ``part`` itself."""
     if exchange.count == 1:
         return part
     parts = exchange.allgather(tag, (part, first_env))
     rows, trajectories = [], []
     for piece, offset in parts:
-        for row in piece.rows:
-            row.env_index += offset
-        rows += piece.rows
+        rows += [_shifted(row, offset) for row in piece.rows]
         trajectories += [_shifted(t, offset) for t in piece.trajectories]
     return Rollout(rows, trajectories, part.group_size, part.task_format, part.data_source)
 
 
-def _shifted(trajectory, offset: int):
-    return dataclasses.replace(trajectory, env_index=trajectory.env_index + offset)
+def _shifted(item, offset: int):
+    """A copy of a row or trajectory with its environment index moved by ``offset``."""
+    return dataclasses.replace(item, env_index=item.env_index + offset)

@@ -3,10 +3,12 @@ the one-line refusal of a batch that does not split into whole groups, and the h
 between real ``jax.distributed`` processes on localhost (``tests/helpers/exchange_worker.py``):
 allgather in process order per tag (and what it took: ``Exchange.traffic``), differing start-up
 fingerprints refused in one line, and a process that never answers lost within the stated
-timeout (3 s here), never a hang; each process's numbers of an RL step (``process_stats``)."""
+timeout (3 s here), never a hang; each process's numbers of an RL step (``process_stats``); the
+whole rollout put together from the processes' parts (``whole_rollout``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arlarena_jax.errors import ConfigError
-from arlarena_jax.train.process_shares import block, check_group_shares
+from arlarena_jax.rollout.loop import Rollout, Trajectory
+from arlarena_jax.train.process_shares import block, check_group_shares, whole_rollout
 from arlarena_jax.train.process_stats import NAMES, own_numbers, process_metrics
 from arlarena_jax.train.processes import Exchange, Traffic
 from tests.helpers.processes import ROOT, run
@@ -37,6 +40,37 @@ def test_a_batch_of_whole_groups_per_process_is_accepted_and_another_refused():
 
 def test_one_process_exchanges_nothing():
     assert Exchange().allgather("anything", {"a": 1}) == [{"a": 1}]
+
+
+class _SecondOfTwo:
+    """Process 1 of 2's exchange, as the real one answers: the other's part a copy, its own
+    part the very object it sent."""
+
+    count = 2
+
+    def __init__(self, other):
+        self.other = other
+
+    def allgather(self, tag, obj):
+        return [self.other, obj]
+
+
+def _part(envs: int) -> Rollout:
+    from tests.train.test_rl_update import row
+
+    rows = [dataclasses.replace(row(i, [1], [2]), env_index=i) for i in range(envs)]
+    done = [Trajectory(0, i, i, 1.0, 1, True, {}) for i in range(envs)]
+    return Rollout(rows, done, group_size=envs, task_format="text")
+
+
+def test_the_whole_rollout_is_global_and_leaves_each_part_as_it_was():
+    """Process 1's part (environments 2-4 of the batch, 0-2 locally) after process 0's (0-1)."""
+    other, own = _part(2), _part(3)
+    whole = whole_rollout(_SecondOfTwo((other, 0)), "train", own, 2)
+    assert [r.env_index for r in whole.rows] == [0, 1, 2, 3, 4]
+    assert [t.env_index for t in whole.trajectories] == [0, 1, 2, 3, 4]
+    assert [r.env_index for r in own.rows] == [0, 1, 2]  # its own indices, untouched
+    assert [t.env_index for t in own.trajectories] == [0, 1, 2]
 
 
 def _outputs(what: str, n: int = 2, **extra) -> list[dict]:
