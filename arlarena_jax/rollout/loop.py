@@ -186,6 +186,36 @@ def collect(
             group_offset=group_offset,
             sample_seed=sample_seed,
         )
+    return _collect_turn_rows(
+        envs,
+        task_format,
+        policy,
+        group_seeds=group_seeds,
+        group_size=group_size,
+        max_turns=max_turns,
+        history_length=history_length,
+        training=training,
+        skip_done=skip_done,
+        group_offset=group_offset,
+        sample_seed=sample_seed,
+    )
+
+
+def _collect_turn_rows(
+    envs: EnvBatch,
+    task_format: TaskFormat,
+    policy: Policy,
+    *,
+    group_seeds: Sequence[int],
+    group_size: int,
+    max_turns: int,
+    history_length: int,
+    training: bool,
+    skip_done: bool,
+    group_offset: int,
+    sample_seed: int,
+) -> Rollout:
+    """:func:`collect` with one row per active turn: the turn loop."""
     n = check_batch_size(envs, group_seeds, group_size)
     first = group_offset * group_size  # environment i plays trajectory first + i
     observations: list[Observation] = list(
@@ -205,23 +235,22 @@ def collect(
         ]
         todo = [i for i in range(n) if not done[i]] if skip_done else list(range(n))
         seeds = [episode_turn_seed(sample_seed, first + i, turn) for i in todo]
-        generations = _generate(policy, prompts, todo, training, seeds)
-        texts = [generations[i].text if i in generations else "" for i in range(n)]
-        projections = [
-            task_format.project(t, obs) for t, obs in zip(texts, observations, strict=True)
-        ]
-        step = envs.step([p.action for p in projections])
+        played, texts = _play_turn(
+            envs, task_format, policy, _Asked(turn, prompts, observations, todo, seeds), training
+        )
         memory.store(
             [obs.text for obs in observations],
-            [task_format.memory_action(p, t) for p, t in zip(projections, texts, strict=True)],
+            [
+                task_format.memory_action(p, t)
+                for p, t in zip(played.projections, texts, strict=True)
+            ],
         )
-        turn_info = _Turn(turn, prompts, observations, generations, projections, step)
         # Finished before this turn: no row (docs/environments.md §1.2).
         for i in np.flatnonzero(~done):
-            row = _row(turn_info, int(i), group_size, group_offset, task_format.data_source)
+            row = _row(played, int(i), group_size, group_offset, task_format.data_source)
             per_env[i].append(row)
-        done |= np.asarray(step.dones, bool)
-        observations = list(step.observations)
+        done |= np.asarray(played.step.dones, bool)
+        observations = list(played.step.observations)
         if done.all():
             break
     return _finish(per_env, group_size, group_offset, task_format)
@@ -247,6 +276,32 @@ class _Turn(NamedTuple):
     generations: dict[int, Generation]
     projections: list[Projection]
     step: Step
+
+
+class _Asked(NamedTuple):
+    """What one turn asks of the policy: every environment's prompt and observation, the
+    environments still playing (``todo``) and their sample seeds."""
+
+    turn: int
+    prompts: list[str]
+    observations: list[Observation]
+    todo: list[int]
+    seeds: list[int]
+
+
+def _play_turn(
+    envs: EnvBatch, task_format: TaskFormat, policy: Policy, asked: _Asked, training: bool
+) -> tuple[_Turn, list[str]]:
+    """One turn: generations for ``asked.todo``, every environment's text projected (empty
+    where it was not asked), the batch stepped; the turn and the texts."""
+    generations = _generate(policy, asked.prompts, asked.todo, training, asked.seeds)
+    texts = [generations[i].text if i in generations else "" for i in range(len(asked.prompts))]
+    projections = [
+        task_format.project(t, obs) for t, obs in zip(texts, asked.observations, strict=True)
+    ]
+    step = envs.step([p.action for p in projections])
+    turn = _Turn(asked.turn, asked.prompts, asked.observations, generations, projections, step)
+    return turn, texts
 
 
 def row_place(i: int, group_size: int, group_offset: int) -> dict[str, int]:
