@@ -37,8 +37,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +47,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from timing import free_port, machine  # noqa: E402 (this folder's helpers)
 
 from arlarena_jax.train.metrics import read_scalars  # noqa: E402
 from arlarena_jax.train.process_stats import NAMES  # noqa: E402
@@ -93,28 +93,11 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def machine() -> str:
-    """The CPU model, its core count and the load average now."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-    model = names[0] if names else platform.processor() or platform.machine()
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} cores, load average {load}"
-
-
 def build_games(data: Path) -> None:
     """The train, validation and test games the config plays (generated where missing)."""
     counts = [f"--{split}-games={n}" for split, n in GAMES.items()]
     command = [sys.executable, "-m", "arlarena_jax", "textworld", "build", str(data), *counts]
     subprocess.run([*command, "--workers=1"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-
-
-def free_port() -> int:
-    """A free TCP port on localhost for the coordinator."""
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def process_env(n: int, port: int) -> dict[str, str]:

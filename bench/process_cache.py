@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timing import free_port, machine  # this folder's helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
@@ -64,22 +64,6 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="keep caches and runs here (default: temp)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per start")
     return parser.parse_args()
-
-
-def machine() -> str:
-    """The CPU model, its core count and the load average now."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-    model = names[0] if names else platform.processor() or platform.machine()
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} cores, load average {load}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def process_env(n: int, cache: Path) -> dict[str, str]:

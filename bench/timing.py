@@ -1,10 +1,15 @@
-"""Shared timing helper for the benchmarks in this folder."""
+"""Shared helpers for the benchmarks in this folder: timing a call, naming the machine, a free
+port for a coordinator."""
 
 from __future__ import annotations
 
+import os
+import platform
+import socket
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
@@ -30,3 +35,20 @@ def best_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> flo
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def machine() -> str:
+    """The CPU model, its core count and the load average now."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+    model = names[0] if names else platform.processor() or platform.machine()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{model}, {os.cpu_count()} cores, load average {load}"
+
+
+def free_port() -> int:
+    """A free TCP port on localhost (for a ``jax.distributed`` coordinator)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
