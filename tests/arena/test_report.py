@@ -257,6 +257,22 @@ def test_cloning_steps_are_no_rl_steps(tmp_path: Path):
     assert run.last_step == 0
 
 
+def test_a_cloning_only_run_shows_step_0_of_0_and_an_unknown_total_a_question_mark(
+    tmp_path: Path,
+):
+    """trainer.total_steps 0 (cloning only) reads 0/0; a config without it reads 0/?."""
+    runs = tmp_path / "runs"
+    make_run(runs, "cloned", scalars=val(), config={"trainer": {"total_steps": 0}})
+    unknown = make_run(runs, "unknown", seed=1, scalars=val())
+    config = yaml.safe_load((unknown / "config.yaml").read_text())
+    del config["trainer"]["total_steps"]
+    (unknown / "config.yaml").write_text(yaml.safe_dump(config))
+    build_report([runs], tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert re.search(r"\| cloned \|[^\n]*\| 0/0 \|", md), md
+    assert re.search(r"\| unknown \|[^\n]*\| 0/\? \|", md), md
+
+
 def test_mean_band_aligns_seeds_on_the_union_of_steps():
     a = Series(np.array([1, 2, 3]), np.array([1.0, 2.0, 3.0]))
     b = Series(np.array([1, 2]), np.array([3.0, 4.0]))  # in progress: no step 3 yet

@@ -128,7 +128,8 @@ def runs_table(report: Report, env: str) -> Table:
     body = []
     for rec in records:
         state = rec["state"] + (f": {rec['error']}" if rec["error"] else "")
-        steps = f"{rec['last_step']}/{rec['total_steps'] or '?'}"
+        total = "?" if rec["total_steps"] is None else rec["total_steps"]  # 0: cloning only
+        steps = f"{rec['last_step']}/{total}"
         final = _at(rec["success_final"], rec["success_final_step"])
         best = _best(rec)
         step = DASH if rec["collapse_step"] is None else str(rec["collapse_step"])
