@@ -40,7 +40,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from timing import free_port, machine  # noqa: E402 (this folder's helpers)
+from timing import free_port, machine, run_processes  # noqa: E402 (this folder's helpers)
 
 from arlarena_jax.train.metrics import read_scalars  # noqa: E402
 from arlarena_jax.train.process_stats import NAMES  # noqa: E402
@@ -119,24 +118,8 @@ def train(n: int, run_dir: Path, data: Path, steps: int, timeout: float) -> floa
     argv = [sys.executable, "-m", "arlarena_jax", "train", CONFIG, *SHRUNK]
     argv += [f"env.data_path={data}", f"trainer.total_steps={steps}", f"trainer.run_dir={run_dir}"]
     env, logs = process_env(n, free_port()), [Path(f"{run_dir}.log.{i}") for i in range(n)]
-    start, procs = time.perf_counter(), []
-    for i, log in enumerate(logs):
-        with log.open("w") as out:
-            environ = env | ({"ARLARENA_PROCESS_ID": str(i)} if n > 1 else {})
-            procs.append(subprocess.Popen(argv, cwd=ROOT, env=environ, stdout=out, stderr=out))
-    try:
-        codes = [p.wait(timeout=max(1.0, start + timeout - time.perf_counter())) for p in procs]
-    except subprocess.TimeoutExpired:
-        codes = [None] * n
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    if any(codes):
-        tails = "\n".join(
-            f"--- process {i}\n{log.read_text()[-3000:]}" for i, log in enumerate(logs)
-        )
-        raise SystemExit(f"{n} processes: exit codes {codes}\n{tails}")
-    return time.perf_counter() - start
+    envs = [env | ({"ARLARENA_PROCESS_ID": str(i)} if n > 1 else {}) for i in range(n)]
+    return run_processes(argv, envs, logs, ROOT, timeout)
 
 
 def shares(run_dir: Path, n: int) -> dict[str, np.ndarray]:

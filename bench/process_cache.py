@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from timing import free_port, machine  # this folder's helpers
+from timing import free_port, machine, run_processes  # this folder's helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/sokoban/sampo_tiny.yaml"
@@ -84,24 +82,8 @@ def start(n: int, writer: str, cache: Path, run_dir: Path, args) -> float:
     argv = [sys.executable, *WRITERS[writer], "train", CONFIG, *SHRUNK]
     argv += [f"trainer.total_steps={args.steps}", f"trainer.run_dir={run_dir}"]
     env, logs = process_env(n, cache), [Path(f"{run_dir}.log.{i}") for i in range(n)]
-    begin, procs = time.perf_counter(), []
-    for i, log in enumerate(logs):
-        with log.open("w") as out:
-            environ = env | {"ARLARENA_PROCESS_ID": str(i)}
-            procs.append(subprocess.Popen(argv, cwd=ROOT, env=environ, stdout=out, stderr=out))
-    try:
-        codes = [
-            p.wait(timeout=max(1.0, begin + args.timeout - time.perf_counter())) for p in procs
-        ]
-    except subprocess.TimeoutExpired:
-        codes = [None] * n
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    if any(codes):
-        tails = "\n".join(f"--- {log}\n{log.read_text()[-3000:]}" for log in logs)
-        raise SystemExit(f"{n} processes ({writer}): exit codes {codes}\n{tails}")
-    return time.perf_counter() - begin
+    envs = [env | {"ARLARENA_PROCESS_ID": str(i)} for i in range(n)]
+    return run_processes(argv, envs, logs, ROOT, args.timeout)
 
 
 def measure(n: int, folder: Path, args) -> dict[str, list[float]]:

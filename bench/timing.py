@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,3 +53,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return s.getsockname()[1]
+
+
+def run_processes(argv: list[str], envs: list[dict], logs: list[Path], cwd: Path, timeout: float):
+    """``argv`` as one process per environment in ``envs``, each writing to its log; the wall
+    seconds from the first start to the last exit. A failure or ``timeout`` ends the bench with
+    every log's tail (the processes still running are killed)."""
+    begin, procs = time.perf_counter(), []
+    for env, log in zip(envs, logs, strict=True):
+        with log.open("w") as out:
+            procs.append(subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=out))
+    try:
+        codes = [p.wait(timeout=max(1.0, begin + timeout - time.perf_counter())) for p in procs]
+    except subprocess.TimeoutExpired:
+        codes = [None] * len(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    if any(codes):
+        tails = "\n".join(f"--- {log}\n{log.read_text()[-3000:]}" for log in logs)
+        raise SystemExit(f"{len(procs)} processes: exit codes {codes}\n{tails}")
+    return time.perf_counter() - begin
