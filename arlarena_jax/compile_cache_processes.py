@@ -19,6 +19,7 @@ write is ignored: a cache never stops a run.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 WRITER_PARAMETERS = (
@@ -60,10 +61,8 @@ def store_on_every_cpu_process() -> bool:
             )
         if compile_time_secs < jax_config.persistent_cache_min_compile_time_secs.value:
             return None
-        try:
+        with contextlib.suppress(Exception):  # a cache never stops a run: it is compiled
             put(cache_key, module_name, executable, backend, int(compile_time_secs))
-        except Exception:  # a cache never stops a run: the program is compiled already
-            return None
         return None
 
     cache_write.every_cpu_process = True  # type: ignore[attr-defined]

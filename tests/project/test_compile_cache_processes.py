@@ -12,6 +12,7 @@ wrapper can go).
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -96,7 +97,7 @@ def test_wrapping_twice_wraps_once(monkeypatch):
     assert store_on_every_cpu_process() is True
     wrapped = compiler._cache_write
     assert getattr(wrapped, "every_cpu_process", False)
-    assert tuple(__import__("inspect").signature(wrapped).parameters) == WRITER_PARAMETERS
+    assert tuple(inspect.signature(wrapped).parameters) == WRITER_PARAMETERS
     assert store_on_every_cpu_process() is True and compiler._cache_write is wrapped
 
 

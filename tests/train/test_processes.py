@@ -8,7 +8,6 @@ whole rollout put together from the processes' parts (``whole_rollout``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -58,7 +57,7 @@ class _SecondOfTwo:
 def _part(envs: int) -> Rollout:
     from tests.train.test_rl_update import row
 
-    rows = [dataclasses.replace(row(i, [1], [2]), env_index=i) for i in range(envs)]
+    rows = [row(i, [1], [2]) for i in range(envs)]  # environment i, locally
     done = [Trajectory(0, i, i, 1.0, 1, True, {}) for i in range(envs)]
     return Rollout(rows, done, group_size=envs, task_format="text")
 
