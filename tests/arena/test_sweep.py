@@ -327,6 +327,53 @@ def test_progress_counts_and_estimates_time_left(tmp_path):
     assert len(lines) == 1
 
 
+def test_time_left_reads_each_job_from_the_done_jobs_of_its_own_settings(tmp_path):
+    """Cells of one sweep can differ 100-fold in cost (no RL steps against 16). Done: the cheap
+    cell's seed 0 (10 s) and the dear cell's seed 0 (1000 s), each with its evaluation (5 s, 50 s).
+    To do, one worker: both cells' seed 1 (10 + 1000 s), the dear one's evaluation (50 s), and a
+    third cell no job of its settings has finished, timed as the mean run (505 s): 1565 s, 26 min.
+    A seed, run directory and start are not settings; the line counts the one guessed job."""
+
+    def job(name: str, *command: str) -> jobs.Job:
+        return jobs.Job(name, command, tmp_path / name)
+
+    def train(steps: int, seed: int) -> tuple[str, ...]:
+        run = f"e/steps={steps}_seed{seed}"
+        return (
+            "train",
+            f"trainer.total_steps={steps}",
+            f"trainer.seed={seed}",
+            f"trainer.run_dir=runs/{run}",
+            f"sft.init_from=starts/{seed}",
+        )
+
+    def evaluate(steps: int, seed: int) -> tuple[str, ...]:
+        return ("eval-run", f"runs/e/steps={steps}_seed{seed}", "test")
+
+    done = {
+        ("e/steps=0_seed0", train(0, 0)): 10.0,
+        ("e/steps=16_seed0", train(16, 0)): 1000.0,
+        ("eval/e/steps=0_seed0/test", evaluate(0, 0)): 5.0,
+        ("eval/e/steps=16_seed0/test", evaluate(16, 0)): 50.0,
+    }
+    to_do = [
+        ("e/steps=0_seed1", train(0, 1)),
+        ("e/steps=16_seed1", train(16, 1)),
+        ("eval/e/steps=16_seed1/test", evaluate(16, 1)),
+        ("e/steps=4_seed0", train(4, 0)),
+    ]
+    job_list = []
+    for (name, command), wall in done.items():
+        jobs.write_state(tmp_path / name, state="done", started=0.0, ended=wall)
+        job_list.append(job(name, *command))
+    job_list += [job(name, *command) for name, command in to_do]
+    p = progress.Progress(job_list, 1, clock=lambda: 5000.0)
+    assert p.seconds_left(p.states()) == pytest.approx(10 + 1000 + 50 + 505)
+    assert p.line().endswith(
+        "queued of 8 (about 26 min left; 1 of the 4 to do timed by other settings' jobs)"
+    )
+
+
 def test_dry_run_prints_every_run_and_runs_nothing(tmp_path, capsys):
     path = sweep_file(tmp_path, "methods: [grpo, cispo]\nseeds: [3]\n")
     from arlarena_jax.cli import main
