@@ -3,12 +3,15 @@
 
 Each worker owns a contiguous chunk of envs, built in the worker by the picklable ``factory()``.
 ``reset(seeds)`` and ``step(actions)`` send every worker its slice at once over its own Pipe, then
-gather the replies against one deadline (``reset_timeout`` / ``step_timeout``). Grouped resets
-(docs/environments.md §1.1) come from equal seeds; see :func:`envs.local.grouped_seeds`.
+gather the replies. A worker steps its environments one after another, and the deadline
+(``reset_timeout`` / ``step_timeout``) bounds each environment's call, not the worker's whole
+share: the worker says ``progress`` after each environment it has done, which renews its
+deadline. Grouped resets (docs/environments.md §1.1) come from equal seeds; see
+:func:`envs.local.grouped_seeds`.
 
 Failures never lose the batch:
-- a worker that dies, or misses the deadline, is killed and replaced by a fresh one (its envs are
-  rebuilt); the episodes of all its envs end as failures;
+- a worker that dies, or one of whose envs misses the deadline, is killed and replaced by a fresh
+  one (its envs are rebuilt); the episodes of all its envs end as failures;
 - an exception raised by env code ends only that env's episode (logged with its traceback); the
   worker rebuilds that env at the next reset.
 A failed env reports ``done=True``, reward 0, ``won=False`` and ``failure`` (a one-line reason),
@@ -56,11 +59,16 @@ def _worker_main(conn: mp_connection.Connection, factory: Callable[[], TextEnv],
     """Worker loop: build ``n`` envs, then serve ``reset``/``step``/``close`` until the pipe closes.
 
     Replies are ``("ok", [(local, "ok", value) | (local, "error", (reason, traceback))])``; a
-    failure to build the envs at start is ``("fatal", reason)``.
+    failure to build the envs at start is ``("fatal", reason)``. Between an env and the next (each
+    built, reset or stepped) it sends ``("progress", None)``: each env's call has its own deadline.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    envs: list[TextEnv | None] = []
     try:
-        envs: list[TextEnv | None] = [factory() for _ in range(n)]
+        for _ in range(n):
+            if envs:
+                conn.send(("progress", None))
+            envs.append(factory())
     except BaseException as exc:  # report, then exit: the driver restarts or raises
         conn.send(("fatal", f"building the environments failed: {_one_line(exc)}"))
         return
@@ -74,6 +82,8 @@ def _worker_main(conn: mp_connection.Connection, factory: Callable[[], TextEnv],
             return
         results = []
         for local, arg in payload:
+            if results:
+                conn.send(("progress", None))
             try:
                 if envs[local] is None:
                     if cmd != "reset":
@@ -256,16 +266,19 @@ class EnvPool:
     def _gather(
         self, workers: list[_Worker], timeout: float, want_ready: bool = False
     ) -> dict[int, Any]:
-        """One reply per worker by the deadline; a str reply is the reason a worker broke."""
-        deadline = time.monotonic() + timeout
+        """One reply per worker; a str reply is the reason a worker broke. Each worker has
+        ``timeout`` seconds for its next env: a ``progress`` message renews its deadline."""
         pending = {w.conn: w for w in workers}
+        deadline = dict.fromkeys(pending, time.monotonic() + timeout)
         replies: dict[int, Any] = {}
         while pending:
-            remaining = deadline - time.monotonic()
-            ready = mp_connection.wait(list(pending), timeout=max(remaining, 0))
-            if not ready:
+            now = time.monotonic()
+            for conn in [c for c in pending if deadline[c] <= now]:
+                replies[pending.pop(conn).index] = f"no reply within {timeout:g} s (timed out)"
+            if not pending:
                 break
-            for conn in ready:
+            soonest = min(deadline[c] for c in pending)
+            for conn in mp_connection.wait(list(pending), timeout=max(soonest - now, 0)):
                 w = pending[conn]
                 try:
                     kind, body = conn.recv()
@@ -274,12 +287,11 @@ class EnvPool:
                     replies[w.index] = f"worker process died (exit code {w.process.exitcode})"
                     del pending[conn]
                     continue
-                if kind == "ready" and not want_ready:
-                    continue  # a restarted worker finished building its envs
+                if kind == "progress" or (kind == "ready" and not want_ready):
+                    deadline[conn] = time.monotonic() + timeout  # (a restarted worker's envs built)
+                    continue
                 replies[w.index] = str(body) if kind == "fatal" else body
                 del pending[conn]
-        for w in pending.values():
-            replies[w.index] = f"no reply within {timeout:g} s (timed out)"
         return replies
 
     def _restart(self, w: _Worker) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +18,16 @@ import pytest
 from envs.local import LocalEnvBatch, grouped_seeds
 from envs.pool import EnvPool
 from envs.sokoban.reference import SokobanTextEnv
-from tests.helpers.faulty_env import CRASH, HANG, RAISE, RAISE_SEED, BrokenFactory, FaultyEnv
+from tests.helpers.faulty_env import (
+    CRASH,
+    HANG,
+    RAISE,
+    RAISE_SEED,
+    SLOW,
+    SLOW_S,
+    BrokenFactory,
+    FaultyEnv,
+)
 
 
 def assert_steps_equal(a, b, envs=None):
@@ -106,6 +116,30 @@ def test_crashed_and_hung_workers_fail_their_envs_only(faulty_pool):
     assert (pool.restarts, pool.failures) == (2, 4)
     assert pool.reset(seeds) == local.reset(seeds)
     assert_steps_equal(pool.step([1, 2, 3, 4]), local.step([1, 2, 3, 4]))
+
+
+def test_the_deadline_bounds_each_env_not_the_workers_whole_share():
+    """One worker, 3 envs, step timeout 1 s. Three late replies of 0.6 s each (1.8 s for the
+    share, each env under its 1 s) are all kept, as the in-process batch steps them; a hung env
+    among them is still caught, one timeout after the env before it answered: the worker's
+    episodes fail, it is replaced, and the step returns long before the hang would end (600 s;
+    30 s allowed for a loaded machine)."""
+    with EnvPool(FaultyEnv, num_envs=3, num_workers=1, step_timeout=1.0) as pool:
+        local, seeds = LocalEnvBatch(SokobanTextEnv, 3), [3, 3, 5]
+        assert pool.reset(seeds) == local.reset(seeds)
+        began = time.monotonic()
+        got = pool.step([SLOW, SLOW, SLOW])
+        assert time.monotonic() - began >= 3 * SLOW_S > pool.step_timeout
+        assert_steps_equal(got, local.step([1, 1, 1]))
+        assert (pool.restarts, pool.failures) == (0, 0)
+
+        began = time.monotonic()
+        got = pool.step([SLOW, HANG, 1])
+        assert time.monotonic() - began < 30
+        assert got.dones.all() and "timed out" in got.infos[1]["failure"]
+        assert (pool.restarts, pool.failures) == (1, 3)
+        assert pool.reset(seeds) == local.reset(seeds)  # the fresh worker works
+        assert_steps_equal(pool.step([SLOW, 2, SLOW]), local.step([1, 2, 1]))
 
 
 def test_env_exceptions_fail_only_that_env(faulty_pool, caplog):

@@ -1,7 +1,8 @@
 """A Sokoban text env with injected faults, for the pool tests (spawned workers import it).
 
 Actions 0..4 behave as in ``SokobanTextEnv``; ``CRASH`` kills the worker process, ``HANG`` sleeps
-far past any test timeout, ``RAISE`` raises ValueError. ``reset(RAISE_SEED)`` raises too.
+far past any test timeout, ``RAISE`` raises ValueError, ``SLOW`` sleeps ``SLOW_S`` seconds and then
+acts as action 1 (a late reply that still comes). ``reset(RAISE_SEED)`` raises too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 from envs.base import Observation
 from envs.sokoban.reference import SokobanTextEnv
 
-CRASH, HANG, RAISE = 7, 8, 9
+CRASH, HANG, RAISE, SLOW = 7, 8, 9, 10
+SLOW_S = 0.6
 RAISE_SEED = 666
 
 
@@ -34,6 +36,9 @@ class FaultyEnv(SokobanTextEnv):
             time.sleep(600)
         if action == RAISE:
             raise ValueError("boom")
+        if action == SLOW:
+            time.sleep(SLOW_S)
+            action = 1
         return super().step(action)
 
 
