@@ -1,5 +1,5 @@
 """The test end point against an x axis, drawn: one PNG per environment that has an axis
-(:func:`~arlarena_jax.arena.report.axis.find_axis`), x the key's values (log2 where all are
+(:func:`~arlarena_jax.arena.report.build.axes_of`), x the key's values (log2 where all are
 positive and span a factor of :data:`LOG_SPAN` or more, ticks at the values), one line per line
 value, y the test success in % (the mean over the seeds at that x) ± its SE over seeds (one
 seed: the binomial SE over its games; :mod:`~arlarena_jax.arena.report.axis_numbers`); the
@@ -8,12 +8,11 @@ lines' points are shifted a little apart around each x value (:func:`dodge`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from arlarena_jax.arena.report.axis import find_axis, number
-from arlarena_jax.arena.report.axis_numbers import AxisNumbers, axis_numbers
-from arlarena_jax.arena.report.groups import Group
+from arlarena_jax.arena.report.axis import number
+from arlarena_jax.arena.report.axis_numbers import AxisNumbers
 from arlarena_jax.arena.report.plots import Metric, Plot, group_colours, slug
 
 AXIS_KEY = "test/end_point_axis"  # the figures' metric key (the document files them apart)
@@ -81,15 +80,12 @@ def plot_axis(numbers: AxisNumbers, path: Path) -> bool:
     return True
 
 
-def plot_axes(groups: Sequence[Group], out: Path, key: str | None = None) -> list[Plot]:
-    """:func:`plot_axis` for every environment with an axis (``key`` where declared), as
-    ``out/<env>-test_against_<key>.png``."""
+def plot_axes(axes: Mapping[str, AxisNumbers], out: Path) -> list[Plot]:
+    """:func:`plot_axis` for every environment's axis, as ``out/<env>-test_against_<key>.png``."""
     plots = []
-    for env in dict.fromkeys(g.env for g in groups):
-        axis = find_axis([g for g in groups if g.env == env], key)
-        if axis is None:
-            continue
-        path = out / f"{slug(env)}-test_against_{slug(axis.key)}.png"
-        if plot_axis(axis_numbers(axis), path):
-            plots.append(Plot(env, axis_metric(axis.key), path))
+    for env, numbers in axes.items():
+        key = numbers.axis.key
+        path = out / f"{slug(env)}-test_against_{slug(key)}.png"
+        if plot_axis(numbers, path):
+            plots.append(Plot(env, axis_metric(key), path))
     return plots

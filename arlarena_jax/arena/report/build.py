@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from arlarena_jax.arena.report.axis import find_axis
+from arlarena_jax.arena.report.axis_numbers import AxisNumbers, axis_numbers
 from arlarena_jax.arena.report.axis_plot import plot_axes
 from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, SuccessCollapse, detect
 from arlarena_jax.arena.report.final_plot import plot_finals
@@ -28,11 +29,17 @@ def baseline_key(name: str) -> str:
         raise ConfigError(f"baseline: {err}") from None
 
 
-def _check_against(groups: list, against: str | None) -> None:
-    """A declared x axis that no environment's tested groups make: one line."""
-    envs = dict.fromkeys(g.env for g in groups)
-    if against is None or any(find_axis([g for g in groups if g.env == e], against) for e in envs):
-        return
+def axes_of(groups: list, against: str | None) -> dict[str, AxisNumbers]:
+    """Each environment's x axis of the test end point (``against`` where declared) with its
+    numbers, for the environments that have one; found once, for the figure, the document and
+    summary.json. A declared axis that no environment's tested groups make: one line."""
+    axes = {}
+    for env in dict.fromkeys(g.env for g in groups):
+        axis = find_axis([g for g in groups if g.env == env], against)
+        if axis is not None:
+            axes[env] = axis_numbers(axis)
+    if against is None or axes:
+        return axes
     raise ConfigError(
         f"--against {against}: no environment's runs tested at their end point vary it as an x "
         "axis (numbers, two values or more, one group per value and line)"
@@ -72,14 +79,14 @@ def build_report(
     rows = build_rows(groups, collapsed, base, warned)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_against(groups, against)
+    axes = axes_of(groups, against)
     report = Report(out, title, base, rule, runs, groups, rows, collapses, monitor, collapse_on)
-    report.against = against
+    report.against, report.axes = against, axes
     if plots:
         marks = {p: c.first_step for p, c in collapses.items() if c.first_step is not None}
         finals = plot_finals(groups, out / "plots", collapsed)
-        axes = plot_axes(groups, out / "plots", against)
-        report.plots = [*finals, *axes, *plot_all(groups, out / "plots", marks)]
+        drawn = plot_axes(axes, out / "plots")
+        report.plots = [*finals, *drawn, *plot_all(groups, out / "plots", marks)]
     report.files = [
         *write_files(report, embed_images=embed_images),
         *(p.path for p in report.plots),

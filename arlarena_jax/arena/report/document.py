@@ -6,8 +6,6 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 
-from arlarena_jax.arena.report.axis import find_axis
-from arlarena_jax.arena.report.axis_numbers import axis_numbers
 from arlarena_jax.arena.report.axis_plot import AXIS_KEY
 from arlarena_jax.arena.report.axis_table import AXIS_NOTE, axis_heading, axis_rows
 from arlarena_jax.arena.report.comparison import Comparison
@@ -328,16 +326,17 @@ def env_blocks(report: Report, env: str) -> list[Block]:
 
 def axis_blocks(report: Report, env: str) -> list[Block]:
     """The test end point against the environment's x axis: its figure, table and note;
-    nothing without an axis (:func:`~arlarena_jax.arena.report.axis.find_axis`)."""
-    axis = find_axis([g for g in report.groups if g.env == env], report.against)
-    if axis is None:
+    nothing without an axis (:func:`~arlarena_jax.arena.report.build.axes_of`)."""
+    numbers = report.axes.get(env)
+    if numbers is None:
         return []
+    axis = numbers.axis
     blocks: list[Block] = [Heading(axis_heading(axis.key), 3)]
     figures = [p for p in report.plots if p.env == env and p.metric.key == AXIS_KEY]
     if figures:
         items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)
         blocks.append(Figures(items))
-    headers, rows = axis_rows(axis_numbers(axis))
+    headers, rows = axis_rows(numbers)
     return [*blocks, Table(headers, rows, labels=1), Paragraph(AXIS_NOTE)]
 
 

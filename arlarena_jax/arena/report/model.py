@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arlarena_jax.arena.report.axis_numbers import AxisNumbers
 from arlarena_jax.arena.report.collapse import COLLAPSE_KINDS, Collapse, SuccessCollapse
 from arlarena_jax.arena.report.groups import Group
 from arlarena_jax.arena.report.plots import Plot
@@ -31,6 +32,7 @@ class Report:
     collapse_on: frozenset[str] = COLLAPSE_KINDS  # the event kinds that count as a collapse
     plots: list[Plot] = dataclasses.field(default_factory=list)
     against: str | None = None  # the declared x axis of the test end point (None: found)
+    axes: dict[str, AxisNumbers] = dataclasses.field(default_factory=dict)  # by env, if any
     files: list[Path] = dataclasses.field(default_factory=list)
 
     @property

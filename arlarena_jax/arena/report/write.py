@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arlarena_jax.arena.report.axis import find_axis
-from arlarena_jax.arena.report.axis_numbers import axis_numbers, axis_record
+from arlarena_jax.arena.report.axis_numbers import axis_record
 from arlarena_jax.arena.report.comparison import Comparison, record
 from arlarena_jax.arena.report.document import document
 from arlarena_jax.arena.report.end_point import end_point_comparisons
@@ -103,9 +102,8 @@ def write_summary(report: Report, path: Path) -> None:
         ],
         "plots": [p.path.relative_to(report.out).as_posix() for p in report.plots],
     }
-    axes = [a for groups in envs.values() if (a := find_axis(groups, report.against)) is not None]
-    if axes:  # a report without an x axis keeps its summary as it was
-        summary["test_against_axis"] = [axis_record(axis_numbers(axis)) for axis in axes]
+    if report.axes:  # a report without an x axis keeps its summary as it was
+        summary["test_against_axis"] = [axis_record(numbers) for numbers in report.axes.values()]
     path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
