@@ -33,6 +33,7 @@ from arlarena_jax.models.causal_attention import causal_attention
 from arlarena_jax.models.config import QwenConfig
 from arlarena_jax.models.lora import lora_delta
 from arlarena_jax.models.rope import rotary_embedding
+from arlarena_jax.models.sharding import table_for_lookup
 
 Array = jax.Array
 
@@ -72,6 +73,14 @@ def dense(layer: nnx.Linear, x: Array) -> Array:
     if delta is not None:
         out = out + delta
     return out.reshape(*x.shape[:-1], -1)
+
+
+def embed_tokens(embed: nnx.Embed, tokens: Array) -> Array:
+    """``embed(tokens)``: the table's rows at ``tokens`` (x[b, s] = E[tokens[b, s]]), in the
+    module's dtype, read from the table as :func:`~arlarena_jax.models.sharding.table_for_lookup`
+    lays it out."""
+    (table,) = embed.promote_dtype((embed.embedding[...],), dtype=embed.dtype, inexact=False)
+    return jnp.take(table_for_lookup(table), tokens, axis=0)
 
 
 def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
@@ -402,7 +411,7 @@ class QwenForCausalLM(nnx.Module):
         """Embedding → every :class:`DecoderLayer` → final norm, with an optional cache (the
         layers' ``kv``); ``remat`` wraps each layer only without a cache (training)."""
         cos, sin = self.rope(positions)
-        x = self.model.embed_tokens(tokens)
+        x = embed_tokens(self.model.embed_tokens, tokens)
         run = _call_layer
         if self.remat is not None and cache is None:
             run = _remat_layer(getattr(jax.checkpoint_policies, self.remat))

@@ -5,6 +5,14 @@ head / MLP / vocabulary dimension (Megatron layout: q/k/v and gate/up column-spl
 row-split); norms are replicated. Activations: the batch is split over ``data`` and ``fsdp``.
 A rule applies to a parameter only if each named axis size divides the dimension it splits;
 otherwise :func:`shard_model` fails with one line naming the parameter.
+
+The embedding lookup reads whole rows: under a mesh set while the program is traced
+(``jax.set_mesh``, as the training programs are), :func:`table_for_lookup` gathers the table
+over ``fsdp`` first, as FSDP gathers every weight it uses. Without it XLA's partitioner, asked
+for the lookup's gradient in the table's layout (width split over ``fsdp``) from a cotangent
+whose batch is split over ``data`` × ``fsdp``, gives up and replicates the whole
+``[batch, length, width]`` cotangent on every device ("Involuntary full rematerialization"),
+on any mesh where both ``data`` and ``fsdp`` exceed 1 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXES = ("data", "fsdp", "tensor")
 BATCH = PartitionSpec(("data", "fsdp"))  # activations [B, ...]: batch over data × fsdp
+LOOKUP = PartitionSpec("tensor", None)  # the embedding table as its lookup reads it: whole rows
 
 # (regex on the dotted parameter path, partition spec); first match wins.
 PARAMETER_RULES: tuple[tuple[str, PartitionSpec], ...] = (
@@ -43,6 +52,16 @@ PARAMETER_RULES: tuple[tuple[str, PartitionSpec], ...] = (
     (r"mlp\.down_proj\.lora_b$", PartitionSpec(None, "fsdp")),
     (r"(norm|layernorm)\.weight$", PartitionSpec()),
 )
+
+
+def table_for_lookup(table: jax.Array) -> jax.Array:
+    """The embedding table ``[vocab, width]`` as the lookup reads it: gathered over ``fsdp``
+    (:data:`LOOKUP`) when traced under a ``(data, fsdp, tensor)`` mesh set with ``jax.set_mesh``
+    (see module doc), else as it is. The values are the same either way."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or tuple(mesh.axis_names) != AXES:
+        return table
+    return jax.lax.with_sharding_constraint(table, LOOKUP)
 
 
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:

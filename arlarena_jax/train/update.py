@@ -89,8 +89,10 @@ def mesh_jit(
     ``data`` × ``fsdp``. Outputs: rows split the same way (``row_outputs``), or the shardings of
     the first ``state_outputs`` state arguments (default: all of them) followed by replicated
     metrics. ``donate`` donates those returned state arguments (an extra state argument, e.g.
-    the policy's parameters read by the critic's step, is only read). Shared by the RL update,
-    the critic's update, the log-prob and value passes and the SFT step."""
+    the policy's parameters read by the critic's step, is only read). Each call runs under
+    ``jax.set_mesh(mesh)``, so the program is traced with the mesh in context (the embedding
+    lookup's layout, :func:`~arlarena_jax.models.sharding.table_for_lookup`). Shared by the RL
+    update, the critic's update, the log-prob and value passes and the SFT step."""
     returned = state_args if state_outputs is None else state_outputs
     donate_argnums = tuple(range(returned)) if donate else ()
     if mesh is None:
@@ -111,7 +113,8 @@ def mesh_jit(
                     donate_argnums=donate_argnums,
                 )
             )
-        return compiled[0](*args[:state_args], *host_rows(args[state_args:], mesh))
+        with jax.set_mesh(mesh):  # traced under it: models.sharding.table_for_lookup
+            return compiled[0](*args[:state_args], *host_rows(args[state_args:], mesh))
 
     return call
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "__main__":
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+if __name__ == "__main__":  # 2 devices; the suite's other XLA flags (-O0) stay, as in the parent
+    _flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*_flags, "--xla_force_host_platform_device_count=2"])
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax

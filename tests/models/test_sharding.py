@@ -3,6 +3,10 @@ are laid out as the partition rules say."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from arlarena_jax.models import QwenForCausalLM, preset
 from arlarena_jax.models.sharding import BATCH, make_mesh, parameter_spec, shard_model
 from tests.helpers.hf_reference import TINY_HF
+from tests.helpers.processes import ROOT
 
 pytestmark = pytest.mark.skipif(
     jax.device_count() < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8"
@@ -59,6 +64,28 @@ def test_parameters_are_sharded_as_the_rules_say():
     embed = model.model.embed_tokens.embedding.get_value()
     assert embed.addressable_shards[0].data.shape == (64 // 2, 128 // 4)
     assert parameter_spec("model.layers.3.self_attn.k_proj.bias") == PartitionSpec("tensor")
+
+
+@pytest.mark.parametrize("mesh", [(2, 2, 2), (4, 2, 1)])
+def test_a_cloning_step_keeps_its_batch_split_on_a_data_and_fsdp_mesh(mesh):
+    """On a mesh where both data and fsdp exceed 1, the embedding's gradient (the table's width
+    split over fsdp) used to make XLA's partitioner replicate the whole [batch, length, width]
+    cotangent on every device, with its warning "Involuntary full rematerialization" (one per
+    program here; SmolLM2-135M's shapes too). The lookup now reads the table gathered over fsdp
+    (sharding.table_for_lookup): no such warning. A fresh process, no compilation cache, so the
+    step is compiled and XLA's stderr is read."""
+    script = ROOT / "tests" / "helpers" / "sft_step_compile.py"
+    env = os.environ | {"ARLARENA_XLA_CACHE": "off", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script), *map(str, mesh)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+    assert "Involuntary full rematerialization" not in done.stderr, done.stderr[-2000:]
 
 
 def test_indivisible_mesh_fails_with_one_line():
