@@ -20,9 +20,10 @@ import os
 import sys
 import time
 
-if __name__ == "__main__":
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":  # 2 devices; the suite's other XLA flags (-O0) stay
+    from tests.helpers.xla_flags import set_device_count
+
+    set_device_count(2)
 
 import jax
 import jax.numpy as jnp

@@ -13,13 +13,12 @@ process 0 writes the result to OUT.npz (``test_distributed_update.py``).
 
 from __future__ import annotations
 
-import os
 import sys
 
-if __name__ == "__main__":  # 2 devices; the suite's other XLA flags (-O0) stay, as in the parent
-    _flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join([*_flags, "--xla_force_host_platform_device_count=2"])
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":  # 2 devices; the suite's other XLA flags (-O0) stay
+    from tests.helpers.xla_flags import set_device_count
+
+    set_device_count(2)
 
 import jax
 import numpy as np

@@ -6,13 +6,12 @@ Run without the persistent compilation cache, so every program is compiled and w
 
 from __future__ import annotations
 
-import os
 import sys
 
 if __name__ == "__main__":  # 8 devices; the suite's other XLA flags (-O0) stay
-    _flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join([*_flags, "--xla_force_host_platform_device_count=8"])
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from tests.helpers.xla_flags import set_device_count
+
+    set_device_count(8)
 
 import dataclasses
 
