@@ -18,16 +18,23 @@ With N processes each plays a block of B / N groups (``process_shares``), so ``e
 as 1/N: summed over the processes it is the one-process count of the same episodes. A process
 whose ``env_s`` or ``rollout_s`` stands out is the straggler the others wait for in
 ``exchange_s``. One process logs ``process/0/…`` (its exchange is empty).
+
+Several processes also log the spread of each number over the processes, which is what a pod's
+straggler shows in: ``process/max/<name>``, ``process/min/<name>``, ``process/mean/<name>`` and
+``process/argmax/<name>`` (the index of the process with the largest, the lowest index on a tie).
+Beyond :data:`PER_PROCESS_TAGS` processes only the spread is logged: 64 hosts would otherwise add
+448 TensorBoard tags a step, while the spread stays at 28.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from arlarena_jax.train.processes import Exchange, Traffic
 
 SPLITS = {"env_s": "rollout/env", "rollout_s": "rollout", "update_s": "update", "sync_s": "sync"}
 NAMES = ("env_steps", *SPLITS, "exchange_s", "exchange_mib")  # process/<i>/<name>, in order
+PER_PROCESS_TAGS = 8  # processes up to which each one's numbers are logged (module doc)
 
 
 def own_numbers(seconds: Mapping[str, float], env_steps: int, traffic: Traffic) -> dict[str, float]:
@@ -41,11 +48,31 @@ def own_numbers(seconds: Mapping[str, float], env_steps: int, traffic: Traffic) 
 
 
 def process_metrics(exchange: Exchange, own: Mapping[str, float]) -> dict[str, float]:
-    """``process/<i>/<name>`` for every process i: each process's ``own`` numbers, gathered (a
-    collective: every process calls it once per step)."""
+    """Every process's ``own`` numbers, gathered (a collective: every process calls it once per
+    step): ``process/<i>/<name>`` for each process i up to :data:`PER_PROCESS_TAGS` processes,
+    and with several processes their spread (:func:`spread`)."""
     everyone = exchange.allgather("process numbers", dict(own))
-    return {
-        f"process/{i}/{name}": value
-        for i, numbers in enumerate(everyone)
-        for name, value in numbers.items()
-    }
+    out = {}
+    if len(everyone) <= PER_PROCESS_TAGS:
+        out = {
+            f"process/{i}/{name}": value
+            for i, numbers in enumerate(everyone)
+            for name, value in numbers.items()
+        }
+    return out | (spread(everyone) if len(everyone) > 1 else {})
+
+
+def spread(everyone: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``process/{max,min,mean,argmax}/<name>`` of each number over the processes ``everyone``
+    (in process order): max_i x_i, min_i x_i, (1/N) Σ_i x_i and the lowest i with x_i = max."""
+    out = {}
+    for name in everyone[0]:
+        values = [numbers[name] for numbers in everyone]
+        largest = max(values)
+        out |= {
+            f"process/max/{name}": largest,
+            f"process/min/{name}": min(values),
+            f"process/mean/{name}": sum(values) / len(values),
+            f"process/argmax/{name}": float(values.index(largest)),
+        }
+    return out

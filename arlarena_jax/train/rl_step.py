@@ -92,7 +92,7 @@ def rl_step(
 ) -> dict[str, float]:
     """Step ``step``: the batch from ``rollouts``, the update (``learner``), the new parameters
     published to the rollouts (timed as ``sync``); the step's metrics (:func:`step_metrics`),
-    with ``exchange`` every process's share of the step too (``process/<i>/…``,
+    with ``exchange`` every process's share of the step and its spread (``process/…``,
     :mod:`~arlarena_jax.train.process_stats`: a collective)."""
     timer.reset()
     before = None if exchange is None else exchange.traffic

@@ -3,8 +3,9 @@ the one-line refusal of a batch that does not split into whole groups, and the h
 between real ``jax.distributed`` processes on localhost (``tests/helpers/exchange_worker.py``):
 allgather in process order per tag (and what it took: ``Exchange.traffic``), differing start-up
 fingerprints refused in one line, and a process that never answers lost within the stated
-timeout (3 s here), never a hang; each process's numbers of an RL step (``process_stats``); the
-whole rollout put together from the processes' parts (``whole_rollout``)."""
+timeout (3 s here), never a hang; each process's numbers of an RL step and their spread
+(``process_stats``); the whole rollout put together from the processes' parts
+(``whole_rollout``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from hypothesis import strategies as st
 from arlarena_jax.errors import ConfigError
 from arlarena_jax.rollout.loop import Rollout, Trajectory
 from arlarena_jax.train.process_shares import block, check_group_shares, whole_rollout
-from arlarena_jax.train.process_stats import NAMES, own_numbers, process_metrics
+from arlarena_jax.train.process_stats import (
+    NAMES,
+    PER_PROCESS_TAGS,
+    own_numbers,
+    process_metrics,
+    spread,
+)
 from arlarena_jax.train.processes import Exchange, Traffic
 from tests.helpers.processes import ROOT, run
 
@@ -115,13 +122,47 @@ def test_each_process_numbers_of_a_step_are_logged_under_its_index():
     assert tuple(own) == NAMES
     assert process_metrics(Exchange(), own) == {f"process/0/{k}": v for k, v in own.items()}
 
-    class TwoProcesses:  # the gather of two processes: process 1's numbers after process 0's
-        def allgather(self, tag, obj):
-            return [obj, {**obj, "env_steps": 12.0}]
-
-    gathered = process_metrics(TwoProcesses(), own)
+    gathered = process_metrics(Gathered([own, {**own, "env_steps": 12.0}]), own)
     assert gathered["process/0/env_steps"] == 24.0 and gathered["process/1/env_steps"] == 12.0
-    assert len(gathered) == 2 * len(NAMES)
+    assert len(gathered) == 2 * len(NAMES) + 4 * len(NAMES)  # each process's, and the spread
+
+
+class Gathered:
+    """An exchange whose allgather returns these processes' numbers (in process order)."""
+
+    def __init__(self, everyone):
+        self.everyone = everyone
+
+    def allgather(self, tag, obj):
+        return self.everyone
+
+
+def test_the_spread_over_processes_names_the_straggler():
+    # update seconds 3, 7, 7, 1 over four processes: max 7 (first at process 1), min 1, mean 4.5
+    everyone = [{"update_s": s, "env_steps": 6.0} for s in (3.0, 7.0, 7.0, 1.0)]
+    got = process_metrics(Gathered(everyone), everyone[0])
+    assert got["process/max/update_s"] == 7.0 and got["process/argmax/update_s"] == 1.0
+    assert got["process/min/update_s"] == 1.0 and got["process/mean/update_s"] == 4.5
+    assert got["process/argmax/env_steps"] == 0.0  # a tie: the lowest index
+    assert got["process/3/update_s"] == 1.0
+
+
+def test_beyond_eight_processes_only_the_spread_is_logged():
+    everyone = [{name: float(i) for name in NAMES} for i in range(PER_PROCESS_TAGS + 1)]
+    got = process_metrics(Gathered(everyone), everyone[0])
+    assert PER_PROCESS_TAGS == 8
+    assert len(got) == 4 * len(NAMES)  # 28 tags for any number of processes above 8
+    assert not any(key.split("/")[1].isdigit() for key in got)
+    assert got["process/argmax/update_s"] == 8.0 and got["process/mean/update_s"] == 4.0
+
+
+@given(st.lists(st.floats(0, 1e6), min_size=2, max_size=70))
+def test_the_spread_bounds_the_mean_and_points_at_the_largest(values):
+    got = spread([{"x": v} for v in values])
+    assert got["process/min/x"] <= got["process/mean/x"] * (1 + 1e-12) + 1e-12
+    assert got["process/mean/x"] <= got["process/max/x"] * (1 + 1e-12) + 1e-12
+    index = int(got["process/argmax/x"])
+    assert values[index] == got["process/max/x"] and max(values[:index], default=-1) < values[index]
 
 
 def test_processes_started_differently_are_refused_in_one_line():
