@@ -93,6 +93,7 @@ def served(args: argparse.Namespace) -> Any:
         source=source,
         idle_timeout=args.idle_timeout or None,
         warm_action=0 if args.env == "sokoban" else None,  # compile its step before a session
+        takes_none="trajectory" in spec.rows,
     )
 
 

@@ -35,6 +35,9 @@ class Served:
     source: BatchSource
     idle_timeout: float | None  # seconds (None: sessions are never reclaimed)
     warm_action: Any = None  # an action stepped once at start (a JAX batch compiles its step)
+    # the action None ends an episode without a turn: declared by environments with one row per
+    # episode, whose rollout sends None once an episode's reply budget is spent (math)
+    takes_none: bool = False
 
 
 class ServedEnvironment(Environment[Action, ArlarenaObservation, ArlarenaState]):
@@ -84,7 +87,13 @@ class ServedEnvironment(Environment[Action, ArlarenaObservation, ArlarenaState])
         self._check_open()
         if self._batch is None:
             raise RuntimeError("step before reset: reset the session first")
-        out = self._batch.step([action.batch_action()])  # type: ignore[attr-defined]
+        taken = action.batch_action()  # type: ignore[attr-defined]
+        if taken is None and not self._served.takes_none:
+            raise ValueError(
+                f"command: null ends an episode only where the rollout ends one without a turn "
+                f"(math); {self._served.name} needs a command"
+            )
+        out = self._batch.step([taken])
         reward, done = float(out.rewards[0]), bool(out.dones[0])
         state = self._state
         state.step_count += 1

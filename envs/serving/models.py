@@ -3,7 +3,9 @@
 
 * Actions: Sokoban takes :class:`SokobanAction` (``move``: one of ``still``, ``up``, ``down``,
   ``left``, ``right``), every other environment :class:`TextAction` (``command``: the already
-  projected command; for math, the model's whole reply). A client that sends another shape (an
+  projected command; for math, the model's whole reply, or null, which ends the episode without
+  a turn as the rollout's spent reply budget does, :class:`envs.serving.environment.Served`). A
+  client that sends another shape (an
   unknown field, a missing one, a move that is not one of the five) gets OpenEnv's error reply.
 * Observations (:class:`ArlarenaObservation`): ``text`` (the raw observation, what the rollout's
   prompt formats build on), ``admissible`` (the admissible commands where the environment has
@@ -28,9 +30,15 @@ MOVES = dict(SOKOBAN_KEYWORDS)  # move name -> Sokoban's action id
 class TextAction(Action):
     """One command of a text environment (TextWorld, ALFWorld, WebShop, math)."""
 
-    command: str = Field(description="the projected command (math: the model's whole reply)")
+    command: str | None = Field(
+        description=(
+            "the projected command (math: the model's whole reply); null ends the episode "
+            "without a turn where the environment's rollout does so (math: the reply budget is "
+            "spent), and is refused elsewhere"
+        )
+    )
 
-    def batch_action(self) -> str:
+    def batch_action(self) -> str | None:
         """The action as the environment batch takes it."""
         return self.command
 

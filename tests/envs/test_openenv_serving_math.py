@@ -1,6 +1,8 @@
 """``arlarena serve math``, driven by OpenEnv's own client and compared with in-process stepping
-turn by turn (docs/environments.md §15.1): two AIME 2024 problems of the test split, each a code
-turn run in the real sandbox, then a ``\\boxed{}`` answer (one right, one wrong).
+turn by turn (docs/environments.md §15.1): three AIME 2024 problems of the test split, each a
+code turn run in the real sandbox, then a ``\\boxed{}`` answer (one right, one wrong) or, on the
+third, ``{"command": null}``: the end without a turn that the rollout sends once an episode's
+reply budget is spent, scored as in process.
 
 Needs the ``openenv`` extra, ../shared/data/math (or $ARLARENA_MATH_DATA) and a sandbox backend:
 skipped with the reason without them.
@@ -58,8 +60,9 @@ def math_sets():
 
 
 def test_math_episodes_equal_in_process_stepping(math_sets):
-    """Per test-panel index: a code turn (index 0 prints, index 1 raises), then a boxed answer
-    (index 0 the ground truth, index 1 a wrong one), served and in process side by side."""
+    """Per test-panel index: a code turn (index 0 and 2 print, index 1 raises), then a boxed
+    answer (index 0 the ground truth, index 1 a wrong one) or the end without a turn (index 2),
+    served and in process side by side."""
     process = launch("math", "--split", "test", *(f"--set={s}" for s in math_sets))
     batch = local_batch("math", "test", *math_sets)
     first = EVAL_SEED_BLOCKS["test"]
@@ -67,6 +70,7 @@ def test_math_episodes_equal_in_process_stepping(math_sets):
     plans = {
         0: (code_turn("print(6 * 7)"), f"So the answer is \\boxed{{{right}}}."),
         1: (code_turn("print(1 / 0)"), "So the answer is \\boxed{-1}."),
+        2: (code_turn("print(6 * 7)"), None),  # the reply budget spent: no answer given
     }
     server = listening(process)
     try:
@@ -88,8 +92,8 @@ def test_math_episodes_equal_in_process_stepping(math_sets):
                     runs.append(step.infos[0].get("exec_status"))
                 assert served.done
                 rewards.append(served.reward)
-        assert rewards == [1.0, 0.0]  # the right answer wins, the wrong one does not
-        assert runs == ["ok", None, "error", None]  # the code turns ran in the sandbox
+        assert rewards == [1.0, 0.0, 0.0]  # the right answer wins, the wrong one and none do not
+        assert runs == ["ok", None, "error", None, "ok", None]  # the code turns ran
     finally:
         batch.close()
         stop_server(server)

@@ -48,7 +48,8 @@ def launch_text(name: str, sets, *args: str):
 
 def play_text_episodes(client, batch, plans: dict) -> None:
     """Per panel index of the test split: a refused command, then its plan (a win), served and
-    in process side by side, turn by turn."""
+    in process side by side, turn by turn. ``{"command": null}`` (math's end without a turn)
+    gets an error reply naming why, and the episode goes on untouched."""
     for index, plan in plans.items():
         seed = EVAL_SEED_BLOCKS["test"] + index
         first = client.reset(index=index)
@@ -56,6 +57,8 @@ def play_text_episodes(client, batch, plans: dict) -> None:
         assert first.observation["text"] == expected.text and first.observation["seed"] == seed
         assert first.observation["admissible"] == list(expected.admissible)
         assert first.observation["task"] == expected.task
+        with pytest.raises(RuntimeError, match="null ends an episode only where"):
+            client.step({"command": None})
         for command in ("dance wildly", *plan):
             step = batch.step([command])
             served = client.step({"command": command})
