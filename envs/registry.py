@@ -76,6 +76,10 @@ class EnvSpec:
     * ``rows``: the row layouts the environment's formats support (``env.rows``), the default
       first: ``"turn"`` (one row per turn) and/or ``"trajectory"`` (one row per episode, the
       format continues the conversation, docs/environments.md §1.8).
+    * ``moves``: where a step takes an action index, the actions' names in index order (Sokoban:
+      still, up, down, left, right); ``arlarena serve`` takes ``{"move": name}`` and steps index
+      0, a no-op, once at start (compiling a JAX batch's step before any session). Empty: the
+      environment takes text commands.
     * ``ignores``: the common ``env`` keys the environment does not read, each with the reason
       (``{"num_workers": "its batch runs in-process"}``); the CLI warns when one is set away from
       its default.
@@ -95,6 +99,7 @@ class EnvSpec:
     commands: Callable[[Any], None] | None = None
     ignores: Mapping[str, str] = dataclasses.field(default_factory=dict)
     rows: tuple[str, ...] = ("turn",)
+    moves: tuple[str, ...] = ()  # action names by index (see the class doc); empty: text actions
     eval_episodes: Callable[[Any, str], int] | None = None
     split_members: Callable[[Any], Mapping[str, Collection[Hashable]]] | None = None
     splits: tuple[str, ...] = SPLITS  # the splits the environment declares (trainer.eval_split)
@@ -109,6 +114,8 @@ class EnvSpec:
             )
         if not self.splits or not set(self.splits) <= set(SPLITS):
             raise ValueError(f"environment splits must be among {SPLITS}, got {self.splits}")
+        if len(set(self.moves)) != len(self.moves) or not all(map(str.isidentifier, self.moves)):
+            raise ValueError(f"environment moves must be distinct names, got {self.moves}")
         if not self.name or not self.name.isidentifier():
             raise ValueError(f"environment name must be an identifier, got {self.name!r}")
         if not self.formats:

@@ -1,12 +1,13 @@
 """The typed models a served environment speaks: pydantic subclasses of OpenEnv's ``Action``,
 ``Observation`` and ``State`` (docs/environments.md §15.1).
 
-* Actions: Sokoban takes :class:`SokobanAction` (``move``: one of ``still``, ``up``, ``down``,
-  ``left``, ``right``), every other environment :class:`TextAction` (``command``: the already
-  projected command; for math, the model's whole reply, or null, which ends the episode without
-  a turn as the rollout's spent reply budget does, :class:`envs.serving.environment.Served`). A
-  client that sends another shape (an
-  unknown field, a missing one, a move that is not one of the five) gets OpenEnv's error reply.
+* Actions: an environment that declares ``moves`` (``EnvSpec.moves``: Sokoban) takes
+  :func:`move_action`'s model (``move``: one of its moves by name, for Sokoban ``still``,
+  ``up``, ``down``, ``left``, ``right``), every other environment :class:`TextAction`
+  (``command``: the already projected command; for math, the model's whole reply, or null,
+  which ends the episode without a turn as the rollout's spent reply budget does,
+  :class:`envs.serving.environment.Served`). A client that sends another shape (an unknown
+  field, a missing one, a move that is not one of the declared) gets OpenEnv's error reply.
 * Observations (:class:`ArlarenaObservation`): ``text`` (the raw observation, what the rollout's
   prompt formats build on), ``admissible`` (the admissible commands where the environment has
   them), ``task``, ``won``, ``info`` (the step's whole info: the reward breakdown such as
@@ -16,15 +17,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field
-
-from envs.sokoban.prompts import SOKOBAN_KEYWORDS
-
-MOVES = dict(SOKOBAN_KEYWORDS)  # move name -> Sokoban's action id
+from pydantic import Field, create_model
 
 
 class TextAction(Action):
@@ -43,16 +41,26 @@ class TextAction(Action):
         return self.command
 
 
-class SokobanAction(Action):
-    """One Sokoban move."""
+class MoveAction(Action):
+    """One move of an environment whose step takes an action index (:func:`move_action`)."""
 
-    move: Literal["still", "up", "down", "left", "right"] = Field(
-        description="the move; still is Sokoban's no-op (what an invalid reply becomes)"
-    )
+    moves: ClassVar[tuple[str, ...]] = ()  # the declared moves, by index
 
     def batch_action(self) -> int:
-        """The action id the Sokoban batch takes (0 still, 1 up, 2 down, 3 left, 4 right)."""
-        return MOVES[self.move]
+        """The action index the environment batch takes (the move's place in ``moves``)."""
+        return self.moves.index(self.move)  # type: ignore[attr-defined]
+
+
+@functools.cache
+def move_action(env_name: str, moves: tuple[str, ...]) -> type[MoveAction]:
+    """The action model of ``env_name``, whose moves are ``moves`` by index (``EnvSpec.moves``;
+    index 0 the no-op an invalid reply becomes): ``{"move": name}``, named ``<Env>Action``."""
+    described = Field(description=f"the move; {moves[0]} is the no-op (an invalid reply)")
+    model = create_model(
+        f"{env_name.title()}Action", __base__=MoveAction, move=(Literal[moves], described)
+    )
+    model.moves = moves
+    return model
 
 
 class ArlarenaObservation(Observation):
@@ -80,12 +88,10 @@ class ArlarenaState(State):
     total_reward: float = 0.0
 
 
-ACTIONS: dict[str, type[Action]] = {"sokoban": SokobanAction}
-
-
-def action_model(env_name: str) -> type[Action]:
-    """The action type of ``env_name`` (Sokoban's moves, else text commands)."""
-    return ACTIONS.get(env_name, TextAction)
+def action_model(env_name: str, moves: tuple[str, ...] = ()) -> type[Action]:
+    """The action type of ``env_name``: its declared ``moves`` (:func:`move_action`), else text
+    commands."""
+    return move_action(env_name, moves) if moves else TextAction
 
 
 def jsonable(value: Any) -> Any:

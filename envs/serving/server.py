@@ -37,7 +37,7 @@ def build_app(served: Served, max_sessions: int) -> Any:
     )
     return create_app(
         functools.partial(ServedEnvironment, served),
-        action_model(served.name),
+        action_model(served.name, served.moves),
         ArlarenaObservation,
         env_name=f"arlarena-{served.name}",
         concurrency_config=concurrency,

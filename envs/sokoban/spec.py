@@ -14,7 +14,7 @@ from typing import Any
 
 from envs.base import EnvBatch
 from envs.registry import EnvSpec, check_split
-from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT
+from envs.sokoban.prompts import SOKOBAN_COMPACT_FORMAT, SOKOBAN_FORMAT, SOKOBAN_KEYWORDS
 from envs.spec_helpers import lazy, require_at_least
 from envs.text import Expert
 
@@ -73,4 +73,5 @@ SOKOBAN = EnvSpec(
         "data_path": "its rooms are generated",
     },
     native_reward="dense",  # shaped every step (docs/environments.md §3.2); single: +10 on a win
+    moves=tuple(word for word, _ in sorted(SOKOBAN_KEYWORDS, key=lambda k: k[1])),
 )

@@ -114,6 +114,16 @@ def test_builtin_environments():
     textworld = registry.get("textworld")
     assert textworld.prompts == ("paper",) and textworld.rows == ("turn",)
     assert textworld.commands is not None and textworld.expert is not None
+    # Sokoban's moves by action id (its batch: 0 still, 1 up, 2 down, 3 left, 4 right); the text
+    # environments take commands
+    assert sokoban.moves == ("still", "up", "down", "left", "right")
+    assert all(registry.get(n).moves == () for n in ("alfworld", "math", "textworld", "webshop"))
+
+
+def test_declared_moves_must_be_distinct_names():
+    for moves in (("left", "left"), ("go north",)):
+        with pytest.raises(ValueError, match="environment moves must be distinct names"):
+            dataclasses.replace(GUESS, moves=moves)
 
 
 @pytest.mark.parametrize("name", BUILTIN)

@@ -23,7 +23,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 from arlarena_jax import cli
 from arlarena_jax.train.build import EVAL_SEED_BLOCKS
-from envs.serving.models import MOVES
+from envs.sokoban.prompts import SOKOBAN_KEYWORDS
 from tests.helpers.openenv_servers import (
     ROOT,
     launch,
@@ -33,7 +33,8 @@ from tests.helpers.openenv_servers import (
     stop_server,
 )
 
-NAMES = {action: move for move, action in MOVES.items()}
+# the move names by action id, from the prompt's keywords (independent of the spec's ``moves``)
+NAMES = {action: move for move, action in SOKOBAN_KEYWORDS}
 IDLE_S = 2.0  # the Sokoban server's idle timeout (its reaper looks every 5 s)
 RECLAIMED_S = IDLE_S + 5.5  # idle long enough for the reaper to have looked after the timeout
 
