@@ -101,6 +101,10 @@ class EngineConfig:
     steps_per_call: int = 8  # decode steps per generate() call
     cache_dtype: Literal["float32", "bfloat16"] = "float32"
     min_prefill_bucket: int = 128  # smallest prefill length (capped at max_prefill_length)
+    # Prefill buckets per doubling of the length (1: powers of two). k > 1 splits each octave
+    # [s, 2s) into k equal steps, so a prompt pads by less than 1/k of its length (powers of two:
+    # up to 2×), at the cost of ~k times as many prefill shapes to compile (prefill_buckets).
+    prefill_buckets_per_octave: int = 1
     # The driver's cap on one prefill_batch: padded prompts × bucket length (a lone prompt always
     # runs). It bounds prefill activations (attention scores grow with batch × bucket²); on CPU,
     # 16-32 prompts of 128 tokens ran faster than 128 at once (cache-sized activations).
@@ -116,11 +120,15 @@ class EngineConfig:
 
     @property
     def prefill_buckets(self) -> tuple[int, ...]:
-        """Powers of two from ``min_prefill_bucket``, capped by (and ending at) the max length."""
-        buckets, size = [], min(self.min_prefill_bucket, self.max_prefill_length)
-        while size < self.max_prefill_length:
-            buckets.append(size)
-            size *= 2
+        """Powers of two s from ``min_prefill_bucket``, each octave [s, 2s) cut into
+        k = ``prefill_buckets_per_octave`` steps of ⌈s / k⌉ (s, s + ⌈s/k⌉, …), capped by (and
+        ending at) the max length. A length L above the first bucket pads to less than
+        L + ⌈L / k⌉."""
+        buckets, octave = [], min(self.min_prefill_bucket, self.max_prefill_length)
+        while octave < self.max_prefill_length:
+            step = -(-octave // self.prefill_buckets_per_octave)
+            buckets += range(octave, min(2 * octave, self.max_prefill_length), step)
+            octave *= 2
         return (*buckets, self.max_prefill_length)
 
 
@@ -132,6 +140,7 @@ def invalid_engine(config: EngineConfig) -> Iterator[tuple[str, str]]:
         "max_new_tokens",
         "steps_per_call",
         "min_prefill_bucket",
+        "prefill_buckets_per_octave",
         "prefill_batch_tokens",
     ):
         if not getattr(config, name) >= 1:

@@ -216,6 +216,8 @@ def test_batching_does_not_change_samples(model, four_slots):
         engine_with(model, max_concurrent_decodes=16),  # all eight in one prefill batch
         # Prefill batches of one row (bucket 16 only), slots freed at other steps.
         engine_with(model, min_prefill_bucket=16, steps_per_call=3, prefill_batch_tokens=16),
+        # Four buckets per octave: 4, 5, 6, 7, 8, 10, 12, 14, 16 (other paddings, batches)
+        engine_with(model, min_prefill_bucket=4, prefill_buckets_per_octave=4),
     ):
         results = generate(engine, MIXED, sampling=SAMPLED, seed=3)
         for i, (completions, (tokens, log_probs)) in enumerate(zip(results, expected, strict=True)):

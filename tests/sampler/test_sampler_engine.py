@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections import Counter
 
 import jax
@@ -530,3 +531,46 @@ def test_unshardable_slots_fail_clearly(models):
     mesh = make_mesh(8, 1, 1)
     with pytest.raises(ValueError, match=r"decode-state kv cache.*dimension 4 is not divisible"):
         Engine(models["qwen3"][1], EngineConfig(**BASE), mesh=mesh)
+
+
+def _powers_of_two(min_bucket: int, max_length: int) -> tuple[int, ...]:
+    """The buckets of one bucket per octave, written out: min, 2 min, 4 min, … below the max
+    length, then the max length."""
+    sizes = [min(min_bucket, max_length)]
+    while sizes[-1] * 2 < max_length:
+        sizes.append(sizes[-1] * 2)
+    return (*(s for s in sizes if s < max_length), max_length)
+
+
+@given(st.integers(1, 300), st.integers(1, 5000), st.integers(1, 8))
+def test_prefill_buckets_pad_a_prompt_by_less_than_a_kth_of_its_length(low, high, k):
+    """k buckets per octave: sorted, distinct, from the smallest bucket to the max length, at
+    most k in any octave [s, 2s) of the powers of two from the smallest (the max length aside);
+    a prompt longer than the smallest bucket pads by less than ⌈L / k⌉ tokens (the worst L is
+    one past a bucket). One per octave is the powers of two."""
+    config = EngineConfig(
+        max_prefill_length=high, min_prefill_bucket=low, prefill_buckets_per_octave=k
+    )
+    buckets = config.prefill_buckets
+    assert list(buckets) == sorted(set(buckets))
+    assert buckets[0] == min(low, high) and buckets[-1] == high
+    for below, above in itertools.pairwise(buckets):
+        worst = below + 1
+        assert above - worst < -(-worst // k), (below, above)
+    octave = buckets[0]
+    while octave < high:
+        assert sum(octave <= b < 2 * octave for b in buckets[:-1]) <= k  # the cap: besides
+        octave *= 2
+    if k == 1:
+        assert buckets == _powers_of_two(low, high)
+
+
+def test_finer_prefill_buckets_are_a_setting_with_its_range_checked():
+    from arlarena_jax.sampler.engine import invalid_engine
+
+    config = EngineConfig(max_prefill_length=1024, prefill_buckets_per_octave=4)
+    assert config.prefill_buckets == (
+        *(128, 160, 192, 224), *(256, 320, 384, 448), *(512, 640, 768, 896), 1024
+    )  # fmt: skip
+    bad = dict(invalid_engine(dataclasses.replace(config, prefill_buckets_per_octave=0)))
+    assert bad == {"prefill_buckets_per_octave": "must be >= 1, got 0"}
