@@ -1,5 +1,7 @@
 """Benchmark: the sampler's turn with prompts padded to powers of two (one prefill bucket per
-octave, the default) against k buckets per octave (``sampler.prefill_buckets_per_octave: k``).
+octave, the default) against k buckets per octave (``sampler.prefill_buckets_per_octave: k``),
+each with the waiting prompts taken in arrival order (the default) and shortest first
+(``sampler.prefill_shortest_first: true``).
 
 One turn of a text environment's rollout: ``--requests`` prompts, their lengths drawn uniformly
 from ``--prompt-min``…``--prompt-max`` (default 250…576: the SmolLM2 prompts of TextWorld's expert
@@ -12,11 +14,12 @@ shape with ``--layers`` layers (default SmolLM2-135M's, 4 of its 30 layers, to k
 short). Each setting runs the turn once to compile (its time, compiling included, is printed as
 "first turn", with the count of prefill programs it compiled); then the settings alternate
 ``--repeats`` times (so a change of the machine's load hits all of them) and the medians are
-printed with the ratio against one bucket per octave, and the prompt tokens each pads them to.
+printed with the ratio against the first setting (one bucket per octave, arrival order), and
+the prompt tokens each pads them to.
 
     python bench/prefill_buckets.py [--preset smollm2-135m] [--layers 4] [--requests 64]
                                     [--prompt-min 250] [--prompt-max 576] [--new-tokens 16]
-                                    [--per-octave 1 2 4] [--repeats 3]
+                                    [--per-octave 1 4] [--orders arrival shortest] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT))  # arlarena_jax from this checkout
 
 from timing import machine  # noqa: E402 (this folder's helpers)
 
+ORDERS = {"arrival": False, "shortest": True}  # the waiting prompts' order: prefill_shortest_first
 TEXTWORLD_ENGINE = dict(  # configs/textworld/smollm2_base.yaml's sampler section
     max_concurrent_decodes=16, max_prefill_length=1024, max_new_tokens=32, steps_per_call=8
 )
@@ -43,6 +47,8 @@ def padded_tokens(engine, lengths) -> int:
     batches form as slots free up, a few rows at a time)."""
     from arlarena_jax.sampler.driver import pow2
 
+    if engine.config.prefill_shortest_first:
+        lengths = sorted(lengths)
     total, batch = 0, []
     for length in [*lengths, None]:
         grown = batch if length is None else [*batch, length]
@@ -66,7 +72,8 @@ def main() -> None:
     parser.add_argument("--prompt-min", type=int, default=250)
     parser.add_argument("--prompt-max", type=int, default=576)
     parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--per-octave", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--per-octave", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS))
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
@@ -87,12 +94,19 @@ def main() -> None:
         for n in lengths
     ]
     engines = {
-        k: Engine(
-            model, EngineConfig(**TEXTWORLD_ENGINE, prefill_buckets_per_octave=k), sampling=GREEDY
+        (k, order): Engine(
+            model,
+            EngineConfig(
+                **TEXTWORLD_ENGINE,
+                prefill_buckets_per_octave=k,
+                prefill_shortest_first=ORDERS[order],
+            ),
+            sampling=GREEDY,
         )
+        for order in args.orders
         for k in args.per_octave
     }
-    times: dict[tuple[int, bool], list[float]] = {}
+    times: dict[tuple[tuple[int, str], bool], list[float]] = {}
     outputs = {}
     for repeat in range(args.repeats + 1):  # the first round compiles
         for k, engine in engines.items():
@@ -103,7 +117,7 @@ def main() -> None:
 
 
 def report(args, engines, lengths, times, outputs) -> None:
-    base = args.per_octave[0]
+    base = next(iter(engines))
     print(
         f"{args.preset} with {args.layers} layers; {args.requests} prompts of "
         f"{args.prompt_min}-{args.prompt_max} tokens (mean {lengths.mean():.0f}, "
@@ -116,13 +130,13 @@ def report(args, engines, lengths, times, outputs) -> None:
     )
     print(f"the same tokens under every setting: {same}")
     base_turn = statistics.median(times[(base, False)])
-    for k, engine in engines.items():
-        turn = statistics.median(times[(k, False)])
+    for (k, order), engine in engines.items():
+        turn = statistics.median(times[((k, order), False)])
+        first, programs = times[((k, order), True)][0], engine.traces["prefill_batch"]
         print(
-            f"{k} per octave {engine.config.prefill_buckets}: first turn "
-            f"{times[(k, True)][0]:6.1f} s ({engine.traces['prefill_batch']} prefill programs), "
-            f"turn {turn:6.2f} s (ratio {turn / base_turn:.2f}), padded prompt tokens "
-            f"{padded_tokens(engine, lengths)}"
+            f"{k} per octave {engine.config.prefill_buckets}, {order} first: first turn "
+            f"{first:6.1f} s ({programs} prefill programs), turn {turn:6.2f} s (ratio "
+            f"{turn / base_turn:.2f}), padded prompt tokens {padded_tokens(engine, lengths)}"
         )
 
 

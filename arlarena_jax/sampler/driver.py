@@ -1,7 +1,9 @@
 """In-process continuous batching over an :class:`~arlarena_jax.sampler.engine.Engine`.
 
 Requests wait in a queue. Whenever slots are free, the waiting requests whose samples fit in them
-(taken in order: a request never overtakes an earlier one) are prefilled together in one
+(taken in order: a request never overtakes an earlier one; with
+``EngineConfig.prefill_shortest_first`` the queue is ordered by prompt length first, ties in
+arrival order) are prefilled together in one
 :meth:`~Engine.prefill_batch` call and all their samples are placed by one
 :meth:`~Engine.insert_batch` call: the n samples of a request (a GRPO group) are n slots reading
 the same prefill row. The batch is padded to a power of two with 1-token dummy prompts (never
@@ -264,7 +266,10 @@ class _Run:
         self.stop_strings, self.include_stop_string = stop_strings, include_stop_string
         self.results: list[list[Completion | None]] = [[None] * r.n for r in requests]
         self.keys = member_keys(requests, seed) if requests else []
-        self.waiting = deque(range(len(requests)))
+        order = range(len(requests))
+        if engine.config.prefill_shortest_first:
+            order = sorted(order, key=lambda i: len(prompts[i]))
+        self.waiting = deque(order)
         self.lone: tuple[Prefix, deque] | None = None  # a request prefilled alone, members left
         self.free = deque(range(engine.max_concurrent_decodes))
         self.running: dict[int, _Sample] = {}

@@ -105,6 +105,10 @@ class EngineConfig:
     # [s, 2s) into k equal steps, so a prompt pads by less than 1/k of its length (powers of two:
     # up to 2×), at the cost of ~k times as many prefill shapes to compile (prefill_buckets).
     prefill_buckets_per_octave: int = 1
+    # Waiting requests taken shortest prompt first (ties in arrival order) instead of in arrival
+    # order: prefill batches of similar lengths pad less. The samples are the same (a request's
+    # keys follow its index, not its place), up to the float rounding of other batch shapes.
+    prefill_shortest_first: bool = False
     # The driver's cap on one prefill_batch: padded prompts × bucket length (a lone prompt always
     # runs). It bounds prefill activations (attention scores grow with batch × bucket²); on CPU,
     # 16-32 prompts of 128 tokens ran faster than 128 at once (cache-sized activations).

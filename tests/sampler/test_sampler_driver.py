@@ -218,6 +218,9 @@ def test_batching_does_not_change_samples(model, four_slots):
         engine_with(model, min_prefill_bucket=16, steps_per_call=3, prefill_batch_tokens=16),
         # Four buckets per octave: 4, 5, 6, 7, 8, 10, 12, 14, 16 (other paddings, batches)
         engine_with(model, min_prefill_bucket=4, prefill_buckets_per_octave=4),
+        # Shortest prompt first: other batches, other slots, the n=4 requests later
+        engine_with(model, prefill_shortest_first=True),
+        engine_with(model, max_concurrent_decodes=16, prefill_shortest_first=True),
     ):
         results = generate(engine, MIXED, sampling=SAMPLED, seed=3)
         for i, (completions, (tokens, log_probs)) in enumerate(zip(results, expected, strict=True)):
