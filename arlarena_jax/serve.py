@@ -92,7 +92,6 @@ def served(args: argparse.Namespace) -> Any:
         panels=panels,
         source=source,
         idle_timeout=args.idle_timeout or None,
-        warm_action=0 if spec.moves else None,  # the declared no-op: compiles a JAX step
         moves=spec.moves,
         takes_none="trajectory" in spec.rows,
     )

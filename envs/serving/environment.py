@@ -34,8 +34,8 @@ class Served:
     panels: Panels
     source: BatchSource
     idle_timeout: float | None  # seconds (None: sessions are never reclaimed)
-    warm_action: Any = None  # an action stepped once at start (a JAX batch compiles its step)
-    moves: tuple[str, ...] = ()  # the declared moves (EnvSpec.moves); empty: text commands
+    # the declared moves (EnvSpec.moves), taken by index; empty: text commands
+    moves: tuple[str, ...] = ()
     # the action None ends an episode without a turn: declared by environments with one row per
     # episode, whose rollout sends None once an episode's reply budget is spent (math)
     takes_none: bool = False

@@ -71,7 +71,9 @@ def serve(served: Served, host: str, port: int, max_sessions: int, log_level: st
     previous = {s: signal.signal(s, lambda n, _: stops.append(n)) for s in _SIGNALS}
     try:
         first = served.panels.seed(served.split, 0)
-        served.source.warm(served.split, first, served.warm_action)  # before any session
+        # before any session: a reset, and with declared moves one step of the first (a JAX
+        # batch compiles its step here; the next session's reset starts afresh)
+        served.source.warm(served.split, first, 0 if served.moves else None)
         app = build_app(served, max_sessions)
         config = uvicorn.Config(
             app, log_level=log_level, timeout_graceful_shutdown=GRACE_S, lifespan="on"
