@@ -735,6 +735,46 @@ def test_the_final_success_figure_shows_each_seeds_end(tmp_path: Path):
     assert not (tmp_path / "none.png").exists()
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's (width, height) in pixels (its IHDR chunk, bytes 16-23)."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_=.-0123456789", min_size=1, max_size=30)
+
+
+@given(words=st.lists(WORDS, min_size=1, max_size=8), runs=st.integers(1, 9))
+def test_a_tick_label_wraps_at_its_spaces_and_keeps_every_word(words: list[str], runs: int):
+    """Law: the lines but the last, joined by spaces, are the label again (words are never cut,
+    at hyphens neither); a line is longer than LABEL_CHARS only when it is one word; the last
+    line counts the runs."""
+    from arlarena_jax.arena.report.final_plot import LABEL_CHARS, tick_label
+
+    label = " ".join(words)
+    *lines, count = tick_label(label, runs).split("\n")
+    assert " ".join(lines) == label
+    assert all(len(line) <= LABEL_CHARS or " " not in line for line in lines)
+    assert count == f"(n={runs})"
+
+
+def test_many_groups_stack_the_paired_panel_under_the_first(tmp_path: Path):
+    """Two groups: the two panels side by side (wider than tall). Four: the paired panel under
+    the first, each column wide enough for its wrapped label (taller than wide, and wider than
+    the figure of two)."""
+    from arlarena_jax.arena.report.final_plot import plot_final
+
+    run = make_run(tmp_path / "runs", "s0", scalars=val(0.5, 0.75))
+    held_out_games(run, 0, [True, False, False, True])
+    held_out_games(run, 20, [True, True, False, True])
+    (group,) = group_runs(load_runs([run]))
+    assert plot_final("sokoban", [group] * 2, tmp_path / "two.png", {})
+    assert plot_final("sokoban", [group] * 4, tmp_path / "four.png", {})
+    (w2, h2), (w4, h4) = png_size(tmp_path / "two.png"), png_size(tmp_path / "four.png")
+    assert w2 > h2 and h4 > w4 and h4 > 1.5 * h2
+
+
 def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
     """Seed 0, step 20, four games: GRPO wins 0-1, SAMPO wins 1-3, so d = (−1, 0, 1, 1): SAMPO −
     GRPO = +25.0 ± 41.5 points (the paired-change arithmetic above), 2 games only SAMPO won, 1

@@ -13,6 +13,7 @@ hollow. The curves of :mod:`plots` show the same finals as the last point of a m
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from arlarena_jax.train.held_out import run_change
 
 FINAL = Metric("final/" + SUCCESS_KEY, "Final held-out success per run", "success (%)", 100.0)
 SPREAD = 0.25  # seeds of a group spread over ± this much of the column's width
+LABEL_CHARS = 18  # a tick label's lines hold this many characters (the label wraps at spaces)
+COLUMN_INCHES = 1.6  # the width a column's wrapped label needs, in the "small" font
+SIDE_BY_SIDE = 3  # with more groups than this, the paired panel goes under the first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +98,16 @@ def _panel(ax, columns: list[list[FinalPoint]], field: str, colours: list) -> bo
     return drawn
 
 
+def tick_label(label: str, runs: int) -> str:
+    """``label`` wrapped at its spaces into lines of at most :data:`LABEL_CHARS` characters (a
+    longer word stays whole, on a line of its own), then the count of runs: long labels stack
+    in their column and never run into the next."""
+    wrapped = textwrap.fill(label, LABEL_CHARS, break_long_words=False, break_on_hyphens=False)
+    return f"{wrapped}\n(n={runs})"
+
+
 def _axes(ax, labels: list[str], title: str, ylabel: str) -> None:
-    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    ax.set_xticks(range(len(labels)), labels, fontsize="small")
     ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.set(title=title, ylabel=ylabel)
     ax.grid(alpha=0.3, axis="y")
@@ -133,10 +145,13 @@ def plot_final(
     if not any(p.final is not None for p in points):
         return False
     paired = any(p.change is not None for p in points)
-    fig, axes = plt.subplots(1, 1 + paired, figsize=(4.0 + 3.5 * paired, 4.2), dpi=110)
+    panel = max(4.0, COLUMN_INCHES * len(groups))  # inches: each column's label fits
+    stacked = paired and len(groups) > SIDE_BY_SIDE
+    rows, cols = (1 + paired, 1) if stacked else (1, 1 + paired)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel * cols, 4.2 * rows), dpi=110)
     axes = np.atleast_1d(axes)
     colours = group_colours(plt, len(groups))
-    labels = [f"{g.label}\n(n={len(g.runs)})" for g in groups]
+    labels = [tick_label(g.label, len(g.runs)) for g in groups]
     _panel(axes[0], columns, "final", colours)
     _legend(axes[0], points)
     title = f"{env}: final held-out success ({split_names(groups)})"
