@@ -238,6 +238,43 @@ def test_the_report_shows_records_and_draws_the_axis(tmp_path: Path):
     assert change["se"] == pytest.approx(100 * CHANGE[1], abs=SHOWN)
 
 
+POWER_TABLE = """\
+| Comparison | At | Difference (points) | ± SE (paired) | SE over | Resolvable (2 SE) \
+| 80%-power MDE (2.80 SE) | Would resolve it | Verdict |
+|---|---|---|---|---|---|---|---|---|
+| trainer.total_steps=16 − trainer.total_steps=0 | 8 | +20.8 | 8.2 | games of 3 seeds | 16.4 \
+| 23.0 | 2 seeds | trainer.total_steps=16 > trainer.total_steps=0 |
+| trainer.total_steps=16 − trainer.total_steps=0 | 32 | +12.5 | 12.5 | 3 seeds | 25.0 | 35.0 \
+| 13 seeds | not resolved |
+| change of the gap trainer.total_steps=16 − trainer.total_steps=0 | 8 → 32 | -8.3 | 15.0 \
+| 6 seeds (both x values) | 29.9 | 41.9 | 78 seeds | not resolved |"""
+
+
+def test_the_axis_comparisons_show_their_power(tmp_path: Path):
+    """Each gap and the change of the gap with 2 SE, 2.80 SE and the units that would resolve
+    it, m* = floor(m (2 SE / d)²) + 1: at 8, 3 seeds x (2 x 8.20 / 20.83)² = 1.86 -> 2 (resolved
+    already); at 32, 3 x (2 x 12.5 / 12.5)² = 12 -> 13; the change, over both x values' 6 seeds,
+    6 x (2 x 14.95 / 8.33)² = 77.25 -> 78."""
+    out = tmp_path / "out"
+    build_report([budget_runs(tmp_path / "runs")], out, plots=False)
+    section = (out / "report.md").read_text().split(HEADING)[1]
+    assert POWER_TABLE in section
+    (found,) = json.loads((out / "summary.json").read_text())["test_against_axis"]
+    (change,) = found["gap_changes"]
+    assert (change["units"], change["se_over"], change["needed"]) == (6, "seeds", 78)
+    assert change["resolvable"] == pytest.approx(200 * CHANGE[1], abs=SHOWN)
+    assert change["detectable_80"] == pytest.approx(280.0 * CHANGE[1], rel=1e-3)
+
+
+def test_a_change_over_games_against_seeds_has_no_unit_count():
+    """One seed's games at one x, seeds at the other: no count of units resolves the change."""
+    from arlarena_jax.arena.report.axis_table import change_power_cells
+
+    change = gap_change(Power(0.3, 0.05, 128, "games"), Power(-0.1, 0.05, 3, "seeds"))
+    cells = change_power_cells(change)
+    assert cells[1] == "games and seeds" and cells[-1] == "–"
+
+
 def test_a_report_without_an_axis_is_as_it_was(tmp_path: Path):
     """Two methods tested at their end point, no numeric key between them: no heading, no
     figure, no summary entry."""

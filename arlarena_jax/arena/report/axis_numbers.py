@@ -142,7 +142,10 @@ def axis_record(numbers: AxisNumbers) -> dict:
     gaps = [{"x": x, "label": c.label} | record(c) for (x, _, _), c in numbers.gaps.items()]
     changes = [
         {"x_from": x1, "x_to": x2, "a": a, "b": b, "difference": _pct(p.difference)}
-        | {"se": _pct(p.se), "resolved": p.resolved, "verdict": change_verdict(p, x1, x2)}
+        | {"se": _pct(p.se), "se_over": p.unit, "units": p.count}
+        | {"resolvable": _pct(p.resolvable), "detectable_80": _pct(p.detectable)}
+        | {"needed": None if "/" in p.unit else p.needed}
+        | {"resolved": p.resolved, "verdict": change_verdict(p, x1, x2)}
         for (x1, x2, a, b), p in numbers.changes.items()
     ]
     head = {"env": axis.env, "key": axis.key, "line_keys": list(axis.line_keys)}

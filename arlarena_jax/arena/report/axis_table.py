@@ -1,14 +1,16 @@
 """The text of the table of the test end point against an x axis
 (:mod:`~arlarena_jax.arena.report.axis_numbers`): a row per x value (each line's success, each
 pair of lines' paired gap and its verdict), then, where there are two lines or more, a row per
-two adjacent x values (the change of each gap). Values in % and points; every ± is an SE."""
+two adjacent x values (the change of each gap); and the power of those gaps and changes (their
+SE, the difference they resolve, the units that would resolve the one observed). Values in %
+and points; every ± is an SE."""
 
 from __future__ import annotations
 
 from arlarena_jax.arena.report.axis_numbers import AxisNumbers, Cell, change_verdict
 from arlarena_jax.arena.report.comparison import Comparison
 from arlarena_jax.arena.report.power import Power
-from arlarena_jax.arena.report.power_table import over_cell
+from arlarena_jax.arena.report.power_table import POWER_HEADERS, needed_cell, over_cell, power_cells
 from arlarena_jax.arena.report.table import DASH
 
 
@@ -77,4 +79,37 @@ def axis_rows(numbers: AxisNumbers) -> tuple[tuple[str, ...], tuple[tuple[str, .
         for later, earlier in axis.pairs:
             row += change_cell(numbers.changes.get((x1, x2, later, earlier)), x1, x2)
         rows.append(row)
+    return headers, tuple(rows)
+
+
+AXIS_POWER_NOTE = (
+    "The power of the table's comparisons, as in the head-to-head tables. A gap is one x "
+    "value's. A change of the gap is over both x values' units together: its SE would shrink "
+    'as 1/sqrt(m) with m units split evenly between them, and "would resolve it" counts them '
+    "together. A change whose two gaps are over different units (one seed's games against "
+    "several seeds) has no such count (–)."
+)
+
+
+def change_power_cells(p: Power) -> tuple[str, ...]:
+    """The :data:`POWER_HEADERS` cells of a change of the gap (units of both x values)."""
+    mixed = "/" in p.unit
+    over = "games and seeds" if mixed else f"{p.count} {p.unit} (both x values)"
+    needed = DASH if mixed else needed_cell(p)
+    return (_points(p.se), over, _points(p.resolvable), _points(p.detectable), needed)
+
+
+def axis_power_rows(numbers: AxisNumbers) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """``(headers, rows)``: each gap at its x value, then each change of the gap, with its
+    difference, :data:`POWER_HEADERS` and verdict; no rows without a gap."""
+    headers = ("Comparison", "At", "Difference (points)", *POWER_HEADERS, "Verdict")
+    rows = [
+        (c.label, x, f"{100 * c.power.difference:+.1f}", *power_cells(c), c.verdict)
+        for (x, _, _), c in numbers.gaps.items()
+    ]
+    for (x1, x2, later, earlier), p in numbers.changes.items():
+        label = f"change of the gap {later} − {earlier}"
+        difference = f"{100 * p.difference:+.1f}"
+        verdict = change_verdict(p, x1, x2)
+        rows.append((label, f"{x1} → {x2}", difference, *change_power_cells(p), verdict))
     return headers, tuple(rows)

@@ -7,7 +7,13 @@ import datetime
 from collections.abc import Mapping, Sequence
 
 from arlarena_jax.arena.report.axis_plot import AXIS_KEY
-from arlarena_jax.arena.report.axis_table import AXIS_NOTE, axis_heading, axis_rows
+from arlarena_jax.arena.report.axis_table import (
+    AXIS_NOTE,
+    AXIS_POWER_NOTE,
+    axis_heading,
+    axis_power_rows,
+    axis_rows,
+)
 from arlarena_jax.arena.report.comparison import Comparison
 from arlarena_jax.arena.report.end_point import end_point_comparisons
 from arlarena_jax.arena.report.final_plot import FINAL
@@ -337,7 +343,11 @@ def axis_blocks(report: Report, env: str) -> list[Block]:
         items = tuple((p.path.relative_to(report.out).as_posix(), p.metric.title) for p in figures)
         blocks.append(Figures(items))
     headers, rows = axis_rows(numbers)
-    return [*blocks, Table(headers, rows, labels=1), Paragraph(AXIS_NOTE)]
+    blocks += [Table(headers, rows, labels=1), Paragraph(AXIS_NOTE)]
+    headers, rows = axis_power_rows(numbers)
+    if rows:
+        blocks += [Table(headers, rows, labels=1), Paragraph(AXIS_POWER_NOTE)]
+    return blocks
 
 
 def _count(n: int, noun: str) -> str:
