@@ -45,9 +45,10 @@ def uninterrupted(tmp_path_factory, cloned):
     return run_dir
 
 
-def test_a_run_saved_by_two_processes_resumes_as_four(cloned, uninterrupted, tmp_path):
-    saved = tmp_path / "saved"
-    train(saved, 2, cloned)
+def test_a_run_saved_by_two_processes_resumes_as_four(
+    cloned, uninterrupted, two_processes, tmp_path
+):
+    saved, _ = two_processes  # 2 steps as 2 processes (tests/e2e/conftest.py)
     assert saved_steps(saved)[-1] == 2
     resumed = copy_run(saved, tmp_path / "resumed")
     train(resumed, 4, cloned, f"trainer.total_steps={STEPS}")

@@ -26,6 +26,7 @@ from tests.helpers.process_runs import (
     assert_same_run,
     clone,
     command,
+    copy_run,
     held_out,
     train,
 )
@@ -37,13 +38,6 @@ def one_process(tmp_path_factory, cloned):
     run_dir = tmp_path_factory.mktemp("one") / "run"
     train(run_dir, 1, cloned)
     return run_dir
-
-
-@pytest.fixture(scope="module")
-def two_processes(tmp_path_factory, cloned):
-    run_dir = tmp_path_factory.mktemp("two") / "run"
-    outputs = train(run_dir, 2, cloned)
-    return run_dir, outputs
 
 
 def test_cloning_as_two_processes_gives_the_start_one_process_gives(cloned, tmp_path):
@@ -103,7 +97,7 @@ def test_eval_and_export_of_a_two_process_run_as_two_processes(
     one the single-process run wrote for the same checkpoint up to the update's tolerance."""
     from safetensors.numpy import load_file
 
-    run_dir, _ = two_processes
+    run_dir = copy_run(two_processes[0], tmp_path / "run")  # the session's run stays as it was
     episodes = tmp_path / "episodes.jsonl"
     argv = [*command("eval", run_dir, f"sft.init_from={cloned}"), "--episodes-out", str(episodes)]
     arlarena(argv, 2, timeout=600)
