@@ -775,6 +775,42 @@ def test_many_groups_stack_the_paired_panel_under_the_first(tmp_path: Path):
     assert w2 > h2 and h4 > w4 and h4 > 1.5 * h2
 
 
+@given(st.lists(st.text(min_size=1, max_size=120), min_size=1, max_size=12))
+def test_the_legend_rows_hold_their_labels(labels: list[str]):
+    """Law: 1 to 3 columns, and a row of them holds the longest label (with room for the
+    marker) within LEGEND_LINE_CHARS, unless one column is all there is."""
+    from arlarena_jax.arena.report.plots import LEGEND_LINE_CHARS, legend_columns
+
+    columns = legend_columns(labels)
+    assert 1 <= columns <= 3
+    longest = max(map(len, labels))
+    assert columns == 1 or columns * (longest + 8) <= LEGEND_LINE_CHARS
+
+
+def test_long_group_labels_do_not_widen_a_training_figure(tmp_path: Path):
+    """The legend goes under the axes: two groups named like phase B's runs (60 characters)
+    draw a figure as wide as two named GRPO and SAMPO (within 5 %), one column of labels, so a
+    page that scales figures to its column keeps their plots the same size."""
+    import dataclasses
+
+    from arlarena_jax.arena.report.plots import METRICS, plot_metric
+
+    runs = tmp_path / "runs"
+    scalars = {"episode/success_rate": {1: 0.2, 2: 0.4}}
+    for method in ("grpo", "sampo"):
+        make_run(runs, f"{method}_seed0", method=method, scalars=scalars)
+    groups = group_runs(load_runs([runs]))
+    metric = next(m for m in METRICS if m.key == "episode/success_rate")
+    long = "SAMPO continue_steps=0 num_episodes=32 steps=64 total_steps={}"
+    renamed = [dataclasses.replace(g, label=long.format(16 * i)) for i, g in enumerate(groups)]
+    assert plot_metric("textworld", groups, metric, tmp_path / "short.png")
+    assert plot_metric("textworld", renamed, metric, tmp_path / "long.png")
+    (w_short, h_short), (w_long, h_long) = (
+        png_size(tmp_path / f"{name}.png") for name in ("short", "long")
+    )
+    assert abs(w_long - w_short) <= 0.05 * w_short and h_long > h_short
+
+
 def test_head_to_head_pairs_two_methods_game_by_game(tmp_path: Path):
     """Seed 0, step 20, four games: GRPO wins 0-1, SAMPO wins 1-3, so d = (−1, 0, 1, 1): SAMPO −
     GRPO = +25.0 ± 41.5 points (the paired-change arithmetic above), 2 games only SAMPO won, 1

@@ -124,7 +124,32 @@ def _decorate(ax, title: str, metric: Metric, values: np.ndarray) -> None:
         ax.set_ylim(max(low, -1.0), min(high, 101.0))
     elif values.min() > 0 and values.max() / values.min() > LOG_SPREAD:
         ax.set_yscale("log")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _legend_below(ax)
+
+
+LEGEND_LINE_CHARS = 96  # characters a row of the legend holds under a 7.5-inch figure
+
+
+def legend_columns(labels: Sequence[str]) -> int:
+    """Columns of the legend under the axes: as many of the longest label as a row holds
+    (:data:`LEGEND_LINE_CHARS`, with room for the marker), at least 1 and at most 3."""
+    longest = max((len(label) for label in labels), default=1)
+    return max(1, min(3, LEGEND_LINE_CHARS // (longest + 8)))
+
+
+def _legend_below(ax) -> None:
+    """The legend under the axes, not beside them: the figure keeps its width, so a page that
+    scales it to a column keeps the plot (and the labels) readable."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        handles,
+        labels,
+        fontsize="small",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=legend_columns(labels),
+        frameon=False,
+    )
 
 
 def plot_metric(
