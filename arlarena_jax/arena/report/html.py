@@ -22,7 +22,9 @@ h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; }
-th.label, td.label { text-align: left; }
+th { white-space: normal; }
+th.label, td.label { text-align: left; white-space: normal; }
+th.label:first-child, td.label:first-child { min-width: 16em; }
 tbody tr:nth-child(even) { background: #fafafa; }
 .figures { display: flex; flex-wrap: wrap; gap: 1em; }
 figure { margin: 0; flex: 1 1 520px; max-width: 600px; }
