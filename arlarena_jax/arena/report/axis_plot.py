@@ -13,7 +13,7 @@ from pathlib import Path
 
 from arlarena_jax.arena.report.axis import number
 from arlarena_jax.arena.report.axis_numbers import AxisNumbers
-from arlarena_jax.arena.report.plots import Metric, Plot, group_colours, slug
+from arlarena_jax.arena.report.plots import Metric, Plot, group_colours, legend_below, slug
 
 AXIS_KEY = "test/end_point_axis"  # the figures' metric key (the document files them apart)
 LOG_SPAN = 4.0  # max / min of positive x values from which the x axis is log2
@@ -72,8 +72,7 @@ def plot_axis(numbers: AxisNumbers, path: Path) -> bool:
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, -2.0), min(high, 102.0))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", frameon=False)
-    fig.tight_layout()
+    legend_below(ax)  # long line labels never cover a point
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)

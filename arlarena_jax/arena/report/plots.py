@@ -124,7 +124,7 @@ def _decorate(ax, title: str, metric: Metric, values: np.ndarray) -> None:
         ax.set_ylim(max(low, -1.0), min(high, 101.0))
     elif values.min() > 0 and values.max() / values.min() > LOG_SPREAD:
         ax.set_yscale("log")
-    _legend_below(ax)
+    legend_below(ax)
 
 
 LEGEND_LINE_CHARS = 96  # characters a row of the legend holds under a 7.5-inch figure
@@ -137,7 +137,7 @@ def legend_columns(labels: Sequence[str]) -> int:
     return max(1, min(3, LEGEND_LINE_CHARS // (longest + 8)))
 
 
-def _legend_below(ax) -> None:
+def legend_below(ax) -> None:
     """The legend under the axes, not beside them: the figure keeps its width, so a page that
     scales it to a column keeps the plot (and the labels) readable."""
     handles, labels = ax.get_legend_handles_labels()
