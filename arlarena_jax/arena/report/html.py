@@ -21,8 +21,7 @@ h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 .wide { overflow-x: auto; margin: 1em 0; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; }
-th { white-space: normal; }
+th { background: #f3f3f3; white-space: normal; }
 th.label, td.label { text-align: left; white-space: normal; }
 th.label:first-child, td.label:first-child { min-width: 16em; }
 tbody tr:nth-child(even) { background: #fafafa; }
