@@ -697,10 +697,8 @@ def test_the_report_chooses_which_kinds_are_a_collapse(tmp_path: Path):
 
 
 def png_width(path: Path) -> int:
-    """A PNG's width in pixels (its IHDR chunk, bytes 16-19)."""
-    data = path.read_bytes()
-    assert data[:8] == PNG_SIGNATURE
-    return int.from_bytes(data[16:20], "big")
+    """A PNG's width in pixels."""
+    return png_size(path)[0]
 
 
 def test_the_final_success_figure_shows_each_seeds_end(tmp_path: Path):

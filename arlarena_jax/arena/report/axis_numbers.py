@@ -81,6 +81,12 @@ def gap(axis: Axis, x: str, later: str, earlier: str) -> Comparison | None:
     return dataclasses.replace(found[-1], label=f"{later} − {earlier}", a=later, b=earlier)
 
 
+def mixed_units(change: Power) -> bool:
+    """A change of the gap between gaps over different units (one seed's games, several seeds):
+    no count of units resolves it."""
+    return "/" in change.unit
+
+
 def gap_change(first: Power, second: Power) -> Power:
     """``second`` − ``first`` of two independent differences: D₂ − D₁ ± sqrt(SE₁² + SE₂²), over
     their units together."""
@@ -144,7 +150,7 @@ def axis_record(numbers: AxisNumbers) -> dict:
         {"x_from": x1, "x_to": x2, "a": a, "b": b, "difference": _pct(p.difference)}
         | {"se": _pct(p.se), "se_over": p.unit, "units": p.count}
         | {"resolvable": _pct(p.resolvable), "detectable_80": _pct(p.detectable)}
-        | {"needed": None if "/" in p.unit else p.needed}
+        | {"needed": None if mixed_units(p) else p.needed}
         | {"resolved": p.resolved, "verdict": change_verdict(p, x1, x2)}
         for (x1, x2, a, b), p in numbers.changes.items()
     ]

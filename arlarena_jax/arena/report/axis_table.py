@@ -7,7 +7,7 @@ and points; every ± is an SE."""
 
 from __future__ import annotations
 
-from arlarena_jax.arena.report.axis_numbers import AxisNumbers, Cell, change_verdict
+from arlarena_jax.arena.report.axis_numbers import AxisNumbers, Cell, change_verdict, mixed_units
 from arlarena_jax.arena.report.comparison import Comparison
 from arlarena_jax.arena.report.power import Power
 from arlarena_jax.arena.report.power_table import POWER_HEADERS, needed_cell, over_cell, power_cells
@@ -93,7 +93,7 @@ AXIS_POWER_NOTE = (
 
 def change_power_cells(p: Power) -> tuple[str, ...]:
     """The :data:`POWER_HEADERS` cells of a change of the gap (units of both x values)."""
-    mixed = "/" in p.unit
+    mixed = mixed_units(p)
     over = "games and seeds" if mixed else f"{p.count} {p.unit} (both x values)"
     needed = DASH if mixed else needed_cell(p)
     return (_points(p.se), over, _points(p.resolvable), _points(p.detectable), needed)
